@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Idempotent setup: system packages and a Python with torch==2.11.0.
+# Prints nothing but progress; writes the chosen Python to $MEGAFOLD_CACHE/python.
+# - Debian packages are installed only when a header or tool is missing (a GPU host
+#   without network can bring headers in MEGAFOLD_DEPS_PREFIX instead).
+# - An importable torch is used as is (e.g. the GPU image's); otherwise a virtual
+#   environment under the user's cache directory gets torch==2.11.0, so fresh
+#   clones and CI reuse it.
+set -euo pipefail
+
+TORCH_VERSION=2.11.0
+CACHE="${MEGAFOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/megafold}"
+mkdir -p "$CACHE"
+
+have_header() {  # have_header <relative path>: in the system or in MEGAFOLD_DEPS_PREFIX
+  [ -f "/usr/include/$1" ] || { [ -n "${MEGAFOLD_DEPS_PREFIX:-}" ] && [ -f "$MEGAFOLD_DEPS_PREFIX/include/$1" ]; }
+}
+
+missing=()
+have_header gemmi/mmread.hpp      || missing+=(gemmi-dev)
+have_header tao/pegtl.hpp         || missing+=(tao-pegtl-dev)
+have_header zlib.h                || missing+=(zlib1g-dev)
+have_header nlohmann/json.hpp     || missing+=(nlohmann-json3-dev)
+have_header gtest/gtest.h         || missing+=(libgtest-dev)
+command -v cmake  >/dev/null      || missing+=(cmake)
+command -v g++    >/dev/null      || missing+=(g++)
+command -v ccache >/dev/null      || missing+=(ccache)
+command -v ninja  >/dev/null      || missing+=(ninja-build)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Python with torch: an existing one wins, else our own venv.
+py=""
+for cand in "${MEGAFOLD_PYTHON:-}" python3 "$CACHE/venv/bin/python"; do
+  [ -n "$cand" ] || continue
+  if "$cand" -c "import torch" >/dev/null 2>&1; then py="$cand"; break; fi
+done
+if [ -z "$py" ]; then
+  echo "setup: no importable torch; creating $CACHE/venv with torch==$TORCH_VERSION (one-time, several GB)"
+  python3 -m venv "$CACHE/venv"
+  "$CACHE/venv/bin/pip" install -q --upgrade pip
+  "$CACHE/venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest
+  py="$CACHE/venv/bin/python"
+fi
+# pytest runs the Python-side op tests; install it next to torch when absent.
+if ! "$py" -c "import pytest, numpy" >/dev/null 2>&1; then
+  "$py" -m pip install -q pytest numpy
+fi
+command -v "$py" >/dev/null 2>&1 && py="$(command -v "$py")"
+echo "$py" > "$CACHE/python"
+echo "setup: python $("$py" -c 'import sys,torch;print(sys.version.split()[0], "torch", torch.__version__)') at $py"

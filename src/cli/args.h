@@ -1,0 +1,36 @@
+#pragma once
+// A small long-option parser shared by the subcommands: --name VALUE, --name=VALUE, --flag.
+// Unknown options are errors that list the valid ones.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megafold::cli {
+
+struct OptionSpec {
+  std::string name;   // without the leading dashes
+  std::string value;  // placeholder shown in help ("" for a flag)
+  std::string help;
+};
+
+class Args {
+ public:
+  // Throws megafold::Error on an unknown option, a missing value or a stray argument.
+  Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& specs);
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  std::optional<std::string> get(const std::string& name) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+std::string usage(const std::string& command, const std::string& summary,
+                  const std::vector<OptionSpec>& specs);
+
+// Subcommands; each returns the process exit code.
+int info_main(const std::vector<std::string>& args);
+int train_main(const std::vector<std::string>& args);
+
+}  // namespace megafold::cli

@@ -1,0 +1,36 @@
+// megafold: command-line entry. One subcommand per file in src/cli/.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: megafold <command> [options]\n\n"
+    "commands:\n"
+    "  info    build, versions, devices and registered ops\n"
+    "  train   train the trunk on mmCIF/PDB structures\n\n"
+    "Run 'megafold <command> --help' for the options of a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "info") return megafold::cli::info_main(args);
+    if (command == "train") return megafold::cli::train_main(args);
+    std::cerr << "megafold: unknown command '" << command << "'\n\n" << kUsage;
+    return 2;
+  } catch (const std::exception& ex) {
+    std::cerr << "megafold " << command << ": error: " << ex.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,56 @@
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <random>
+
+#include "core/check.h"
+
+namespace megafold::data {
+
+bool is_validation_entry(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return fnv1a32(lower) % 10 == 0;
+}
+
+const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
+  MF_CHECK(!train.empty(), "dataset has no training entries");
+  const uint64_t n = train.size();
+  const uint64_t epoch = g / n;
+  std::vector<uint32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0u);
+  // Fisher-Yates with our own generator: std::shuffle's algorithm is library-defined.
+  std::mt19937_64 rng(mix_seed(seed, epoch));
+  for (uint64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[rng() % (i + 1)]);
+  return train[perm[g % n]];
+}
+
+Dataset load_dataset(const std::string& dir, bool quiet) {
+  MF_CHECK(std::filesystem::is_directory(dir), "data directory '", dir,
+           "' does not exist; pass --data DIR with mmCIF/PDB files (e.g. data/pdb)");
+  std::vector<std::string> paths;
+  for (const auto& it : std::filesystem::recursive_directory_iterator(dir))
+    if (it.is_regular_file() && is_structure_file(it.path().string()))
+      paths.push_back(it.path().string());
+  std::sort(paths.begin(), paths.end());
+
+  Dataset ds;
+  for (const std::string& p : paths) {
+    try {
+      Entry e = load_entry(p);
+      (is_validation_entry(e.name) ? ds.validation : ds.train).push_back(std::move(e));
+    } catch (const std::exception& ex) {
+      ds.skipped.push_back(ex.what());
+      if (!quiet) std::cerr << "warning: skipping " << ex.what() << "\n";
+    }
+  }
+  MF_CHECK(!ds.train.empty(), "no usable training structure under '", dir, "' (", paths.size(),
+           " structure files found, ", ds.skipped.size(), " skipped)");
+  return ds;
+}
+
+}  // namespace megafold::data

@@ -1,0 +1,131 @@
+#include "data/features.h"
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "core/check.h"
+
+namespace megafold::data {
+namespace {
+
+// Uniform integer in [lo, hi] from our own generator (std distributions are not portable).
+int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+}
+
+}  // namespace
+
+std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {
+  const int n = e.n_tokens();
+  std::vector<int32_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  if (crop_size <= 0 || n <= crop_size) return all;
+
+  // Token ranges per chain (tokens of a chain are contiguous, chains in file order).
+  std::vector<std::pair<int, int>> chains;  // [begin, end)
+  for (int i = 0; i < n; ++i) {
+    if (i == 0 || e.asym_id[i] != e.asym_id[i - 1]) chains.emplace_back(i, i);
+    chains.back().second = i + 1;
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<int> order(chains.size());
+  std::iota(order.begin(), order.end(), 0);
+  for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
+
+  // AF-Multimer SI Alg. 1 (contiguous cropping).
+  std::vector<int32_t> keep;
+  int n_added = 0, n_remaining = n;
+  for (int k : order) {
+    const int n_k = chains[k].second - chains[k].first;
+    n_remaining -= n_k;
+    const int size_max = std::min(crop_size - n_added, n_k);
+    const int size_min = std::min(n_k, std::max(0, crop_size - (n_added + n_remaining)));
+    const int size = static_cast<int>(uniform_int(rng, size_min, size_max));
+    const int start = static_cast<int>(uniform_int(rng, 0, n_k - size));
+    for (int i = 0; i < size; ++i) keep.push_back(chains[k].first + start + i);
+    n_added += size;
+  }
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
+int64_t Batch::real_tokens() const { return token_mask.sum().item<double>(); }
+
+Batch Batch::to(const at::Device& device) const {
+  Batch b = *this;
+  for (at::Tensor* t : {&b.restype, &b.residue_index, &b.asym_id, &b.entity_id, &b.sym_id,
+                        &b.token_mask, &b.atom_coords, &b.atom_mask, &b.rep_coords, &b.rep_mask})
+    *t = t->to(device, /*non_blocking=*/true);
+  return b;
+}
+
+Batch make_batch(const std::vector<const Entry*>& entries,
+                 const std::vector<std::vector<int32_t>>& selections, int pad_to) {
+  MF_CHECK(!entries.empty() && entries.size() == selections.size(),
+           "make_batch: need one selection per entry");
+  const int64_t B = static_cast<int64_t>(entries.size());
+  int64_t N = pad_to;
+  for (size_t b = 0; b < entries.size(); ++b) {
+    const int64_t len = selections[b].empty() ? entries[b]->n_tokens() : selections[b].size();
+    if (pad_to <= 0) N = std::max(N, len);
+    MF_CHECK(len <= N, "make_batch: entry ", entries[b]->name, " has ", len,
+             " tokens, more than pad_to=", N);
+  }
+  constexpr int A = kMaxAtomsPerToken;
+  const auto i64 = at::TensorOptions().dtype(at::kLong);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  Batch out;
+  out.restype = at::full({B, N}, kGapToken, i64);
+  out.residue_index = at::zeros({B, N}, i64);
+  out.asym_id = at::zeros({B, N}, i64);
+  out.entity_id = at::zeros({B, N}, i64);
+  out.sym_id = at::zeros({B, N}, i64);
+  out.token_mask = at::zeros({B, N}, f32);
+  out.atom_coords = at::zeros({B, N, A, 3}, f32);
+  out.atom_mask = at::zeros({B, N, A}, f32);
+  out.rep_coords = at::zeros({B, N, 3}, f32);
+  out.rep_mask = at::zeros({B, N}, f32);
+
+  auto restype = out.restype.accessor<int64_t, 2>();
+  auto resid = out.residue_index.accessor<int64_t, 2>();
+  auto asym = out.asym_id.accessor<int64_t, 2>();
+  auto entity = out.entity_id.accessor<int64_t, 2>();
+  auto sym = out.sym_id.accessor<int64_t, 2>();
+  auto tmask = out.token_mask.accessor<float, 2>();
+  auto xyz = out.atom_coords.accessor<float, 4>();
+  auto amask = out.atom_mask.accessor<float, 3>();
+  auto rep = out.rep_coords.accessor<float, 3>();
+  auto rmask = out.rep_mask.accessor<float, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    const Entry& e = *entries[b];
+    out.names.push_back(e.name);
+    std::vector<int32_t> sel = selections[b];
+    if (sel.empty()) {
+      sel.resize(e.n_tokens());
+      std::iota(sel.begin(), sel.end(), 0);
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(sel.size()); ++i) {
+      const int t = sel[i];
+      restype[b][i] = e.restype[t];
+      resid[b][i] = e.residue_index[t];
+      asym[b][i] = e.asym_id[t];
+      entity[b][i] = e.entity_id[t];
+      sym[b][i] = e.sym_id[t];
+      tmask[b][i] = 1.f;
+      for (int a = 0; a < A; ++a) {
+        amask[b][i][a] = e.atom_mask[t * A + a];
+        for (int x = 0; x < 3; ++x) xyz[b][i][a][x] = e.coords[(t * A + a) * 3 + x];
+      }
+      const int r = representative_atom_slot(e.restype[t]);
+      rmask[b][i] = e.atom_mask[t * A + r];
+      for (int x = 0; x < 3; ++x) rep[b][i][x] = e.coords[(t * A + r) * 3 + x];
+    }
+  }
+  return out;
+}
+
+}  // namespace megafold::data

@@ -1,0 +1,43 @@
+#pragma once
+// Entries -> padded tensor batches, with AF-Multimer-style contiguous cropping.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/structure.h"
+
+namespace megafold::data {
+
+// One batch, padded to n_token = crop size (or the longest entry when not cropping).
+struct Batch {
+  at::Tensor restype;        // [B, N] int64
+  at::Tensor residue_index;  // [B, N] int64
+  at::Tensor asym_id;        // [B, N] int64
+  at::Tensor entity_id;      // [B, N] int64
+  at::Tensor sym_id;         // [B, N] int64
+  at::Tensor token_mask;     // [B, N] float, 1 = real token
+  at::Tensor atom_coords;    // [B, N, kMaxAtomsPerToken, 3] float, Angstrom
+  at::Tensor atom_mask;      // [B, N, kMaxAtomsPerToken] float
+  at::Tensor rep_coords;     // [B, N, 3] distogram atom (CB; CA for glycine)
+  at::Tensor rep_mask;       // [B, N] float
+  std::vector<std::string> names;
+
+  int64_t size() const { return restype.size(0); }
+  int64_t n_tokens() const { return restype.size(1); }
+  int64_t real_tokens() const;  // sum of token_mask
+  Batch to(const at::Device& device) const;
+};
+
+// Token indices (sorted) of a contiguous crop of at most crop_size tokens
+// (AF-Multimer SI Alg. 1: chains in random order, each gets a random contiguous span within
+// the budget left). Returns all tokens when the entry fits. Deterministic in `seed`.
+std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed);
+
+// Builds a batch from entries and their token selections (empty selection = all tokens),
+// padded to pad_to tokens (0 = the longest selection).
+Batch make_batch(const std::vector<const Entry*>& entries,
+                 const std::vector<std::vector<int32_t>>& selections, int pad_to);
+
+}  // namespace megafold::data

@@ -1,0 +1,54 @@
+#pragma once
+// A parsed entry: one structure file reduced to tokens and a dense heavy-atom layout.
+// Plain vectors, no tensors: this header is shared by the gemmi translation unit
+// (structure_io.cpp) and the feature code, and keeps gemmi and ATen apart.
+//
+// Parsing rules (applied in this order; see data/README.md):
+//  1. The first model only (NMR ensembles have many).
+//  2. Polymer chains whose residues are peptide-linked amino acids become protein chains;
+//     waters, ions, ligands, nucleic-acid chains and hydrogens/deuteriums are dropped
+//     (counted in `dropped`, never fatal).
+//  3. One token per observed residue (residues absent from the model are not tokens; the
+//     gap stays visible in residue_index). Standard amino acids by name, MSE -> MET,
+//     any other peptide-linked residue -> UNK (backbone and CB kept).
+//  4. Altlocs: per atom name, the conformer with the highest occupancy (the first on ties).
+//     Microheterogeneity (two residues at one position): the first residue is kept.
+//  5. residue_index is label_seq_id when present, else the author number, forced to increase
+//     within a chain (insertion codes).
+//  6. Entities: chains with identical sequences share an entity id (AF3 relative position
+//     features); sym_id numbers the copies within an entity.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/residue_constants.h"
+
+namespace megafold::data {
+
+struct Entry {
+  std::string name;  // file stem, e.g. "1ubi"
+  std::string path;
+  std::vector<int8_t> restype;         // [n_token]   token type (residue_constants.h)
+  std::vector<int32_t> residue_index;  // [n_token]
+  std::vector<int32_t> asym_id;        // [n_token]   chain number, 0-based, in file order
+  std::vector<int32_t> entity_id;      // [n_token]
+  std::vector<int32_t> sym_id;         // [n_token]
+  std::vector<float> coords;           // [n_token, kMaxAtomsPerToken, 3]  Angstrom
+  std::vector<uint8_t> atom_mask;      // [n_token, kMaxAtomsPerToken]
+  std::vector<std::string> chain_ids;  // [n_chain]   author chain id per asym_id
+  int dropped_residues = 0;            // waters, ligands, non-protein polymers
+  int dropped_hydrogens = 0;
+
+  int n_tokens() const { return static_cast<int>(restype.size()); }
+  int n_chains() const { return static_cast<int>(chain_ids.size()); }
+  std::string sequence(int asym) const;  // one-letter sequence of a chain
+};
+
+// Parses an mmCIF or PDB file (optionally .gz). Throws megafold::Error whose message names
+// the file and what is wrong (unreadable, truncated, not a structure, no protein chain).
+Entry load_entry(const std::string& path);
+
+// True for file names this loader reads: .cif .mmcif .pdb .ent, each optionally .gz.
+bool is_structure_file(const std::string& path);
+
+}  // namespace megafold::data

@@ -1,0 +1,139 @@
+// The only translation unit that includes gemmi (it is header-only and slow to compile).
+#include <gemmi/gz.hpp>
+#include <gemmi/mmread.hpp>
+#include <gemmi/polyheur.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "core/check.h"
+#include "data/structure.h"
+
+namespace megafold::data {
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string stem_of(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  if (ends_with(name, ".gz")) name.resize(name.size() - 3);
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+[[noreturn]] void reject(const std::string& path, const std::string& why) {
+  throw Error(path + ": " + why);
+}
+
+bool is_peptide_chain(const gemmi::ConstResidueSpan& polymer) {
+  const gemmi::PolymerType t = gemmi::check_polymer_type(polymer);
+  return t == gemmi::PolymerType::PeptideL || t == gemmi::PolymerType::PeptideD;
+}
+
+// Appends one token for residue `res` of amino-acid type t. Returns false when no heavy
+// atom of the residue fits the dense layout (the residue is then not a token).
+bool append_token(Entry& e, const gemmi::Residue& res, int t, int asym, int32_t index) {
+  std::array<float, kMaxAtomsPerToken * 3> xyz{};
+  std::array<uint8_t, kMaxAtomsPerToken> mask{};
+  std::array<float, kMaxAtomsPerToken> best_occ{};
+  for (const gemmi::Atom& a : res.atoms) {
+    if (a.is_hydrogen()) {
+      ++e.dropped_hydrogens;
+      continue;
+    }
+    const int slot = atom_slot(t, a.name);
+    if (slot < 0) continue;  // OXT and atoms outside the layout
+    // Altlocs: keep the highest occupancy, the first conformer on ties.
+    if (mask[slot] && a.occ <= best_occ[slot]) continue;
+    mask[slot] = 1;
+    best_occ[slot] = a.occ;
+    xyz[slot * 3 + 0] = static_cast<float>(a.pos.x);
+    xyz[slot * 3 + 1] = static_cast<float>(a.pos.y);
+    xyz[slot * 3 + 2] = static_cast<float>(a.pos.z);
+  }
+  if (std::none_of(mask.begin(), mask.end(), [](uint8_t m) { return m != 0; })) return false;
+  e.restype.push_back(static_cast<int8_t>(t));
+  e.residue_index.push_back(index);
+  e.asym_id.push_back(asym);
+  e.coords.insert(e.coords.end(), xyz.begin(), xyz.end());
+  e.atom_mask.insert(e.atom_mask.end(), mask.begin(), mask.end());
+  return true;
+}
+
+}  // namespace
+
+bool is_structure_file(const std::string& path) {
+  std::string p = path;
+  std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (ends_with(p, ".gz")) p.resize(p.size() - 3);
+  return ends_with(p, ".cif") || ends_with(p, ".mmcif") || ends_with(p, ".pdb") || ends_with(p, ".ent");
+}
+
+std::string Entry::sequence(int asym) const {
+  std::string s;
+  for (int i = 0; i < n_tokens(); ++i)
+    if (asym_id[i] == asym) s.push_back(amino_acid_letter(restype[i]));
+  return s;
+}
+
+Entry load_entry(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) reject(path, "not a readable file");
+  if (std::filesystem::file_size(path) == 0) reject(path, "empty file");
+  gemmi::Structure st;
+  try {
+    st = gemmi::read_structure(gemmi::MaybeGzipped(path));
+    gemmi::setup_entities(st);
+  } catch (const std::exception& ex) {
+    reject(path, std::string("cannot parse structure: ") + ex.what());
+  }
+  if (st.models.empty()) reject(path, "no atoms (no ATOM/HETATM records or _atom_site loop)");
+
+  Entry e;
+  e.path = path;
+  e.name = stem_of(path);
+  const gemmi::Model& model = st.models.front();  // rule 1: first model only
+  for (const gemmi::Chain& chain : model.chains) {
+    const gemmi::ConstResidueSpan polymer = chain.get_polymer();
+    const int n_before = e.n_tokens();
+    if (polymer.empty() || !is_peptide_chain(polymer)) {
+      e.dropped_residues += static_cast<int>(chain.residues.size());
+      continue;
+    }
+    const int asym = e.n_chains();
+    int32_t last_index = INT32_MIN;
+    const gemmi::Residue* prev = nullptr;
+    for (const gemmi::Residue& res : polymer) {
+      if (prev && prev->seqid == res.seqid) continue;  // microheterogeneity: keep the first
+      prev = &res;
+      int t = amino_acid_index(res.name);
+      if (t < 0) t = kUnknownAminoAcid;  // other peptide-linked residues: rule 3
+      int32_t index = res.label_seq ? static_cast<int32_t>(*res.label_seq) : res.seqid.num.value;
+      if (index <= last_index) index = last_index + 1;  // insertion codes: rule 5
+      if (append_token(e, res, t, asym, index)) last_index = index;
+    }
+    e.dropped_residues += static_cast<int>(chain.residues.size() - polymer.size());
+    if (e.n_tokens() > n_before) e.chain_ids.push_back(chain.name);
+  }
+  if (e.n_tokens() == 0)
+    reject(path, "no protein chain with resolved residues (" +
+                     std::to_string(e.dropped_residues) + " non-protein residues dropped)");
+
+  // Rule 6: entities by identical sequence, sym_id by copy number within the entity.
+  std::map<std::string, std::pair<int, int>> entity_of;  // sequence -> (entity, copies)
+  std::vector<int> chain_entity(e.n_chains()), chain_sym(e.n_chains());
+  for (int c = 0; c < e.n_chains(); ++c) {
+    auto [it, inserted] = entity_of.try_emplace(e.sequence(c), static_cast<int>(entity_of.size()), 0);
+    chain_entity[c] = it->second.first;
+    chain_sym[c] = it->second.second++;
+  }
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    e.entity_id.push_back(chain_entity[e.asym_id[i]]);
+    e.sym_id.push_back(chain_sym[e.asym_id[i]]);
+  }
+  return e;
+}
+
+}  // namespace megafold::data

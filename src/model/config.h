@@ -1,0 +1,26 @@
+#pragma once
+// Model sizes. Symbols follow the AF3 SI (c_s, c_z, N_head, ...). Defaults are AF3's trunk.
+#include <cstdint>
+
+namespace megafold::model {
+
+struct ModelConfig {
+  int64_t c_s = 384;                 // single representation channels
+  int64_t c_z = 128;                 // pair representation channels
+  int64_t n_blocks = 48;             // Pairformer blocks
+  int64_t tri_attn_heads = 4;        // triangle attention heads (AF3 Alg. 14)
+  int64_t tri_attn_head_dim = 32;
+  int64_t tri_mul_hidden = 128;      // c in AF3 Alg. 12/13
+  int64_t single_attn_heads = 16;    // attention with pair bias (AF3 Alg. 24)
+  int64_t single_attn_head_dim = 24; // c_s / N_head in AF3
+  int64_t transition_factor = 4;     // n in AF3 Alg. 11
+  double dropout = 0.25;             // pair-stack dropout rate (AF3 Alg. 17)
+  int64_t relpos_r_max = 32;         // AF3 Alg. 3
+  int64_t relpos_s_max = 2;
+  int64_t distogram_bins = 64;       // AF3: 64 bins, 2..22 Angstrom
+  double distogram_min = 2.0;
+  double distogram_max = 22.0;
+  bool checkpoint_blocks = false;    // recompute each block in backward (activation checkpointing)
+};
+
+}  // namespace megafold::model

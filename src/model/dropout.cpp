@@ -1,0 +1,29 @@
+#include "model/dropout.h"
+
+#include <ATen/Context.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/bernoulli.h>
+#include <ATen/ops/full.h>
+
+#include <mutex>
+
+namespace megafold::model {
+
+at::Tensor shared_dropout(const at::Tensor& x, double rate, DropoutAxis axis, bool training,
+                          uint64_t seed) {
+  if (!training || rate <= 0.0) return x;
+  const int64_t B = x.size(0), N1 = x.size(1), N2 = x.size(2), c = x.size(3);
+  const std::vector<int64_t> shape = axis == DropoutAxis::kRowwise
+                                         ? std::vector<int64_t>{B, 1, N2, c}
+                                         : std::vector<int64_t>{B, N1, 1, c};
+  at::Generator gen = at::globalContext().defaultGenerator(x.device()).clone();
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  }
+  const at::Tensor keep =
+      at::bernoulli(at::full(shape, 1.0 - rate, x.options().dtype(at::kFloat)), gen);
+  return x * (keep * (1.0 / (1.0 - rate))).to(x.scalar_type());
+}
+
+}  // namespace megafold::model

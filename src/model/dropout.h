@@ -1,0 +1,18 @@
+#pragma once
+// Shared-mask dropout (AF3 Alg. 17: "rowwise"/"columnwise" dropout on the pair updates).
+// The mask is drawn from a generator seeded by the caller, so a recomputed block
+// (activation checkpointing) and a resumed run draw exactly the same masks.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace megafold::model {
+
+enum class DropoutAxis { kRowwise, kColumnwise };
+
+// x: [B, N, N, c]. Rowwise: one mask per (b, j, c) shared over rows i; columnwise: shared
+// over columns j. Identity when rate == 0 or !training.
+at::Tensor shared_dropout(const at::Tensor& x, double rate, DropoutAxis axis, bool training,
+                          uint64_t seed);
+
+}  // namespace megafold::model

@@ -1,0 +1,41 @@
+#pragma once
+// Input embedding for protein tokens (AF3 SI Alg. 1 lines 1-5 without MSA/templates/atoms,
+// and Alg. 3 relative position encoding).
+#include <torch/nn/module.h>
+
+#include "data/features.h"
+#include "model/config.h"
+
+namespace megafold::model {
+
+struct Embedding {
+  at::Tensor s_inputs;  // [B, N, c_s_inputs]  per-token input features
+  at::Tensor s;         // [B, N, c_s]         s_init
+  at::Tensor z;         // [B, N, N, c_z]      z_init
+};
+
+// AF3 SI Alg. 3. Features: relative residue index within a chain, relative token index
+// within a residue, same-entity flag, relative chain (sym_id) index across chains.
+class RelativePositionEncodingImpl : public torch::nn::Module {
+ public:
+  RelativePositionEncodingImpl(int64_t c_z, int64_t r_max, int64_t s_max);
+  at::Tensor forward(const data::Batch& batch);  // [B, N, N, c_z]
+ private:
+  int64_t r_max_, s_max_;
+  at::Tensor w_;  // [c_z, 2*(2 r_max + 2) + 1 + (2 s_max + 2)]
+};
+TORCH_MODULE(RelativePositionEncoding);
+
+class InputEmbedderImpl : public torch::nn::Module {
+ public:
+  explicit InputEmbedderImpl(const ModelConfig& cfg);
+  Embedding forward(const data::Batch& batch);
+  static constexpr int64_t kInputChannels = 32;  // restype one-hot (AF3 32 classes)
+
+ private:
+  at::Tensor w_s_, w_z_i_, w_z_j_;
+  RelativePositionEncoding relpos_{nullptr};
+};
+TORCH_MODULE(InputEmbedder);
+
+}  // namespace megafold::model

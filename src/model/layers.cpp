@@ -1,0 +1,100 @@
+#include "model/layers.h"
+
+#include <ATen/ops/linear.h>
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace megafold::model {
+namespace {
+
+at::Tensor ones(int64_t n) { return torch::ones({n}); }
+at::Tensor zeros(int64_t n) { return torch::zeros({n}); }
+
+}  // namespace
+
+at::Tensor lecun_normal(int64_t out, int64_t in) {
+  // LeCun normal truncated at two standard deviations (by clamping).
+  const double std = 1.0 / std::sqrt(static_cast<double>(in));
+  return torch::randn({out, in}).mul_(std).clamp_(-2.0 * std, 2.0 * std);
+}
+
+TransitionImpl::TransitionImpl(int64_t c, int64_t n) {
+  ln_w_ = register_parameter("ln_weight", ones(c));
+  ln_b_ = register_parameter("ln_bias", zeros(c));
+  w_in_ = register_parameter("w_in", lecun_normal(2 * n * c, c));
+  w_out_ = register_parameter("w_out", torch::zeros({c, n * c}));
+}
+
+at::Tensor TransitionImpl::forward(const at::Tensor& x) {
+  return ops::swiglu_transition(x, ln_w_, ln_b_, w_in_, w_out_);
+}
+
+TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c, bool outgoing)
+    : outgoing_(outgoing) {
+  ln_in_w_ = register_parameter("ln_in_weight", ones(c_z));
+  ln_in_b_ = register_parameter("ln_in_bias", zeros(c_z));
+  w_ab_ = register_parameter("w_ab", lecun_normal(4 * c, c_z));
+  w_g_ = register_parameter("w_g", lecun_normal(c_z, c_z));
+  ln_out_w_ = register_parameter("ln_out_weight", ones(c));
+  ln_out_b_ = register_parameter("ln_out_bias", zeros(c));
+  w_o_ = register_parameter("w_o", torch::zeros({c_z, c}));
+}
+
+at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask) {
+  return ops::triangle_multiplication(z, pair_mask, ln_in_w_, ln_in_b_, w_ab_, w_g_, ln_out_w_,
+                                      ln_out_b_, w_o_, outgoing_);
+}
+
+TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim,
+                                             bool starting)
+    : starting_(starting), heads_(heads), head_dim_(head_dim) {
+  ln_w_ = register_parameter("ln_weight", ones(c_z));
+  ln_b_ = register_parameter("ln_bias", zeros(c_z));
+  w_proj_ = register_parameter("w_proj", lecun_normal(4 * heads * head_dim + heads, c_z));
+  w_o_ = register_parameter("w_o", torch::zeros({c_z, heads * head_dim}));
+}
+
+at::Tensor TriangleAttentionImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask) {
+  const int64_t B = z.size(0), N = z.size(1), H = heads_, d = head_dim_;
+  // AF3 SI Alg. 14/15: one fused LayerNorm+Linear for q, k, v, gate and the pair bias.
+  const at::Tensor proj = ops::layernorm_linear(z, ln_w_, ln_b_, w_proj_, std::nullopt);
+  const at::Tensor qkvg = proj.narrow(-1, 0, 4 * H * d).view({B, N, N, 4, H, d});
+  at::Tensor bias = proj.narrow(-1, 4 * H * d, H);  // [B, i, j, H]
+  at::Tensor q = qkvg.select(3, 0), k = qkvg.select(3, 1), v = qkvg.select(3, 2),
+             g = qkvg.select(3, 3);  // [B, i, j, H, d]
+  at::Tensor mask = pair_mask;
+  if (starting_) {
+    bias = bias.permute({0, 3, 1, 2});  // b[h, j, k] = b_jk
+  } else {
+    // Ending node = starting node on z^T: rows become columns through strides only.
+    q = q.transpose(1, 2), k = k.transpose(1, 2), v = v.transpose(1, 2), g = g.transpose(1, 2);
+    bias = bias.permute({0, 3, 2, 1});  // b'[h, i, k] = b_ki
+    mask = pair_mask.transpose(1, 2);
+  }
+  at::Tensor o = ops::triangle_attention(q, k, v, bias, mask, g);  // [B, R, N, H, d]
+  if (!starting_) o = o.transpose(1, 2);
+  return at::linear(o.reshape({B, N, N, H * d}), w_o_);
+}
+
+AttentionPairBiasImpl::AttentionPairBiasImpl(int64_t c_s, int64_t c_z, int64_t heads,
+                                             int64_t head_dim)
+    : heads_(heads) {
+  ln_s_w_ = register_parameter("ln_s_weight", ones(c_s));
+  ln_s_b_ = register_parameter("ln_s_bias", zeros(c_s));
+  w_qkvg_ = register_parameter("w_qkvg", lecun_normal(4 * heads * head_dim, c_s));
+  b_q_ = register_parameter("b_q", zeros(heads * head_dim));
+  ln_z_w_ = register_parameter("ln_z_weight", ones(c_z));
+  ln_z_b_ = register_parameter("ln_z_bias", zeros(c_z));
+  w_z_ = register_parameter("w_z", lecun_normal(heads, c_z));
+  w_o_ = register_parameter("w_o", torch::zeros({c_s, heads * head_dim}));
+}
+
+at::Tensor AttentionPairBiasImpl::forward(const at::Tensor& s, const at::Tensor& z,
+                                          const at::Tensor& token_mask) {
+  return ops::attention_pair_bias(s, z, token_mask, ln_s_w_, ln_s_b_, w_qkvg_, b_q_, ln_z_w_,
+                                  ln_z_b_, w_z_, w_o_, heads_);
+}
+
+}  // namespace megafold::model

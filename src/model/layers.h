@@ -1,0 +1,59 @@
+#pragma once
+// Parameter holders for the Pairformer sub-layers. Each forward composes megafold ops only
+// (src/ops); weights are laid out as those ops expect, so a fused kernel reads them as is.
+#include <torch/nn/module.h>
+
+#include "model/config.h"
+
+namespace megafold::model {
+
+// Initialisers (AF3 follows AF2: LeCun normal for hidden projections, zeros for the final
+// projection of every residual branch so that each block starts as the identity).
+at::Tensor lecun_normal(int64_t out, int64_t in);
+
+// SwiGLU transition (AF3 Alg. 11) on the last dim.
+class TransitionImpl : public torch::nn::Module {
+ public:
+  TransitionImpl(int64_t c, int64_t n);
+  at::Tensor forward(const at::Tensor& x);  // [..., c] -> [..., c]
+ private:
+  at::Tensor ln_w_, ln_b_, w_in_, w_out_;
+};
+TORCH_MODULE(Transition);
+
+// Triangular multiplicative update (AF3 Alg. 12 outgoing / 13 incoming).
+class TriangleMultiplicationImpl : public torch::nn::Module {
+ public:
+  TriangleMultiplicationImpl(int64_t c_z, int64_t c, bool outgoing);
+  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask);  // [B,N,N,c_z]
+ private:
+  bool outgoing_;
+  at::Tensor ln_in_w_, ln_in_b_, w_ab_, w_g_, ln_out_w_, ln_out_b_, w_o_;
+};
+TORCH_MODULE(TriangleMultiplication);
+
+// Triangle attention around the starting (Alg. 14) or ending (Alg. 15) node. The ending
+// node runs on transposed views of the same projections; nothing is copied.
+class TriangleAttentionImpl : public torch::nn::Module {
+ public:
+  TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim, bool starting);
+  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask);  // [B,N,N,c_z]
+ private:
+  bool starting_;
+  int64_t heads_, head_dim_;
+  at::Tensor ln_w_, ln_b_, w_proj_, w_o_;  // w_proj rows: q, k, v, g (H*d each), bias (H)
+};
+TORCH_MODULE(TriangleAttention);
+
+// Single attention with pair bias (AF3 Alg. 24, trunk form).
+class AttentionPairBiasImpl : public torch::nn::Module {
+ public:
+  AttentionPairBiasImpl(int64_t c_s, int64_t c_z, int64_t heads, int64_t head_dim);
+  at::Tensor forward(const at::Tensor& s, const at::Tensor& z, const at::Tensor& token_mask);
+ private:
+  int64_t heads_;
+  at::Tensor ln_s_w_, ln_s_b_, w_qkvg_, b_q_, ln_z_w_, ln_z_b_, w_z_, w_o_;
+};
+TORCH_MODULE(AttentionPairBias);
+
+}  // namespace megafold::model

@@ -1,0 +1,66 @@
+#include "model/pairformer.h"
+
+#include <torch/nn/modules/container/any.h>
+
+#include <string>
+
+#include "core/seed.h"
+#include "model/dropout.h"
+#include "model/recompute.h"
+
+namespace megafold::model {
+
+PairformerBlockImpl::PairformerBlockImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
+  tri_mul_out_ = register_module("tri_mul_out", TriangleMultiplication(cfg.c_z, cfg.tri_mul_hidden, true));
+  tri_mul_in_ = register_module("tri_mul_in", TriangleMultiplication(cfg.c_z, cfg.tri_mul_hidden, false));
+  tri_attn_start_ = register_module(
+      "tri_attn_start", TriangleAttention(cfg.c_z, cfg.tri_attn_heads, cfg.tri_attn_head_dim, true));
+  tri_attn_end_ = register_module(
+      "tri_attn_end", TriangleAttention(cfg.c_z, cfg.tri_attn_heads, cfg.tri_attn_head_dim, false));
+  pair_transition_ = register_module("pair_transition", Transition(cfg.c_z, cfg.transition_factor));
+  single_attention_ = register_module(
+      "single_attention",
+      AttentionPairBias(cfg.c_s, cfg.c_z, cfg.single_attn_heads, cfg.single_attn_head_dim));
+  single_transition_ =
+      register_module("single_transition", Transition(cfg.c_s, cfg.transition_factor));
+}
+
+PairformerState PairformerBlockImpl::forward(const PairformerState& in,
+                                             const at::Tensor& token_mask,
+                                             const at::Tensor& pair_mask, uint64_t dropout_seed) {
+  const bool train = is_training();
+  auto drop = [&](const at::Tensor& x, DropoutAxis axis, uint64_t site) {
+    return shared_dropout(x, dropout_, axis, train, mix_seed(dropout_seed, site));
+  };
+  // AF3 SI Alg. 17
+  at::Tensor z = in.z;
+  z = z + drop(tri_mul_out_->forward(z, pair_mask), DropoutAxis::kRowwise, 0);
+  z = z + drop(tri_mul_in_->forward(z, pair_mask), DropoutAxis::kRowwise, 1);
+  z = z + drop(tri_attn_start_->forward(z, pair_mask), DropoutAxis::kRowwise, 2);
+  z = z + drop(tri_attn_end_->forward(z, pair_mask), DropoutAxis::kColumnwise, 3);
+  z = z + pair_transition_->forward(z);
+  at::Tensor s = in.s;
+  s = s + single_attention_->forward(s, z, token_mask);
+  s = s + single_transition_->forward(s);
+  return {s, z};
+}
+
+PairformerStackImpl::PairformerStackImpl(const ModelConfig& cfg) : checkpoint_(cfg.checkpoint_blocks) {
+  for (int64_t i = 0; i < cfg.n_blocks; ++i)
+    blocks_.push_back(register_module("block_" + std::to_string(i), PairformerBlock(cfg)));
+}
+
+PairformerState PairformerStackImpl::forward(PairformerState state, const at::Tensor& token_mask,
+                                             const at::Tensor& pair_mask, uint64_t dropout_seed) {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const uint64_t seed = mix_seed(dropout_seed, i);
+    // Recomputation only pays when gradients are needed.
+    if (checkpoint_ && is_training() && at::GradMode::is_enabled())
+      state = checkpointed_block(*blocks_[i], state, token_mask, pair_mask, seed);
+    else
+      state = blocks_[i]->forward(state, token_mask, pair_mask, seed);
+  }
+  return state;
+}
+
+}  // namespace megafold::model

@@ -1,0 +1,17 @@
+#pragma once
+// Activation checkpointing for one Pairformer block: the forward keeps only the block's
+// inputs; backward recomputes the block with autograd on and differentiates it. Dropout
+// masks come from an explicit seed, and the autocast state of the forward is restored for
+// the recomputation (backward may run on another thread), so the recomputed activations are
+// the ones of the forward.
+#include <cstdint>
+
+#include "model/pairformer.h"
+
+namespace megafold::model {
+
+PairformerState checkpointed_block(PairformerBlockImpl& block, const PairformerState& in,
+                                   const at::Tensor& token_mask, const at::Tensor& pair_mask,
+                                   uint64_t dropout_seed);
+
+}  // namespace megafold::model

@@ -1,0 +1,26 @@
+#include "ops/swiglu_transition/swiglu_transition.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+namespace megafold::ops {
+
+at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
+                             const at::Tensor& ln_bias, const at::Tensor& w_in,
+                             const at::Tensor& w_out) {
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("megafold::swiglu_transition", "")
+                                 .typed<decltype(swiglu_transition)>();
+  return handle.call(x, ln_weight, ln_bias, w_in, w_out);
+}
+
+}  // namespace megafold::ops
+
+TORCH_LIBRARY_FRAGMENT(megafold, m) {
+  m.def("swiglu_transition(Tensor x, Tensor ln_weight, Tensor ln_bias, Tensor w_in, Tensor w_out)"
+        " -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
+  m.impl("swiglu_transition", &megafold::ops::swiglu_transition_ref);
+}

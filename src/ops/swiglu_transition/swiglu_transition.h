@@ -1,0 +1,24 @@
+#pragma once
+// SwiGLU transition (AF3 SI Alg. 11): the feed-forward block of the pair and single stacks.
+//   a, b = split(LayerNorm(x) @ w_in^T)      a, b: [..., n*c]
+//   y    = (silu(a) * b) @ w_out^T
+//
+//   x          [..., c]
+//   ln_weight  [c], ln_bias [c]
+//   w_in       [2*h, c]   rows [0, h) project to a, rows [h, 2h) to b (h = n*c, AF3 n = 4)
+//   w_out      [c, h]
+//   returns    [..., c]   the update; the caller adds the residual.
+// Registered as torch.ops.megafold.swiglu_transition.
+#include <ATen/core/Tensor.h>
+
+namespace megafold::ops {
+
+at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
+                             const at::Tensor& ln_bias, const at::Tensor& w_in,
+                             const at::Tensor& w_out);
+
+at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weight,
+                                 const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                 const at::Tensor& w_out);
+
+}  // namespace megafold::ops

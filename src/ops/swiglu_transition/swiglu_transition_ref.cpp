@@ -1,0 +1,35 @@
+#include "ops/swiglu_transition/swiglu_transition.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/silu.h>
+
+#include "ops/common.h"
+#include "ops/layernorm_linear/layernorm_linear.h"
+
+namespace megafold::ops {
+
+at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weight,
+                                 const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                 const at::Tensor& w_out) {
+  constexpr const char* op = "swiglu_transition";
+  TORCH_CHECK(x.dim() >= 1, "megafold::swiglu_transition: argument 'x' must have at least 1 dim");
+  const int64_t c = x.size(-1);
+  detail::check_shape(op, "ln_weight", ln_weight, {c});
+  detail::check_shape(op, "ln_bias", ln_bias, {c});
+  detail::check_shape(op, "w_in", w_in, {-1, c});
+  TORCH_CHECK(w_in.size(0) % 2 == 0, "megafold::swiglu_transition: argument 'w_in' must have an "
+              "even number of rows (a and b halves), got ", w_in.size(0));
+  const int64_t h = w_in.size(0) / 2;
+  detail::check_shape(op, "w_out", w_out, {c, h});
+  detail::check_float_like(op, "x", x, x);
+  // AF3 SI Alg. 11
+  const at::Tensor xn = at::layer_norm(x, {c}, ln_weight, ln_bias, kLayerNormEps);
+  const at::Tensor ab = at::linear(xn, w_in);  // [..., 2h]
+  const at::Tensor a = ab.narrow(-1, 0, h);
+  const at::Tensor b = ab.narrow(-1, h, h);
+  return at::linear(at::silu(a) * b, w_out);
+}
+
+}  // namespace megafold::ops

@@ -1,0 +1,27 @@
+#include "ops/triangle_attention/triangle_attention.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+namespace megafold::ops {
+
+at::Tensor triangle_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const std::optional<at::Tensor>& bias,
+                              const std::optional<at::Tensor>& mask,
+                              const std::optional<at::Tensor>& gate) {
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("megafold::triangle_attention", "")
+                                 .typed<decltype(triangle_attention)>();
+  return handle.call(q, k, v, bias, mask, gate);
+}
+
+}  // namespace megafold::ops
+
+TORCH_LIBRARY_FRAGMENT(megafold, m) {
+  m.def("triangle_attention(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? mask,"
+        " Tensor? gate) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
+  m.impl("triangle_attention", &megafold::ops::triangle_attention_ref);
+}

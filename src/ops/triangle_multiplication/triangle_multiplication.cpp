@@ -1,0 +1,31 @@
+#include "ops/triangle_multiplication/triangle_multiplication.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+namespace megafold::ops {
+
+at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::Tensor>& mask,
+                                   const at::Tensor& ln_in_weight, const at::Tensor& ln_in_bias,
+                                   const at::Tensor& w_ab, const at::Tensor& w_g,
+                                   const at::Tensor& ln_out_weight,
+                                   const at::Tensor& ln_out_bias, const at::Tensor& w_o,
+                                   bool outgoing) {
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("megafold::triangle_multiplication", "")
+                                 .typed<decltype(triangle_multiplication)>();
+  return handle.call(z, mask, ln_in_weight, ln_in_bias, w_ab, w_g, ln_out_weight, ln_out_bias,
+                     w_o, outgoing);
+}
+
+}  // namespace megafold::ops
+
+TORCH_LIBRARY_FRAGMENT(megafold, m) {
+  m.def("triangle_multiplication(Tensor z, Tensor? mask, Tensor ln_in_weight, Tensor ln_in_bias,"
+        " Tensor w_ab, Tensor w_g, Tensor ln_out_weight, Tensor ln_out_bias, Tensor w_o,"
+        " bool outgoing) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
+  m.impl("triangle_multiplication", &megafold::ops::triangle_multiplication_ref);
+}

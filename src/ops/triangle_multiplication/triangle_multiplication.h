@@ -1,0 +1,39 @@
+#pragma once
+// Triangular multiplicative update, outgoing or incoming edges (AF3 SI Alg. 12 / 13).
+//   x   = LayerNorm_in(z)                                      [B, N, N, c_z]
+//   a   = sigmoid(x @ w_ab[g_a]^T) * (x @ w_ab[p_a]^T) * mask  [B, N, N, c]
+//   b   = sigmoid(x @ w_ab[g_b]^T) * (x @ w_ab[p_b]^T) * mask  [B, N, N, c]
+//   outgoing: t_ij = sum_k a_ik * b_jk      incoming: t_ij = sum_k a_ki * b_kj
+//   out = sigmoid(x @ w_g^T) * (LayerNorm_out(t) @ w_o^T)      [B, N, N, c_z]
+//
+//   z                  [B, N, N, c_z]
+//   mask               [B, N, N]  optional pair mask (1 = valid), any dtype
+//   ln_in_weight/bias  [c_z]
+//   w_ab               [4*c, c_z]  row blocks in this order: p_a, p_b, g_a, g_b
+//   w_g                [c_z, c_z]  output gate
+//   ln_out_weight/bias [c]
+//   w_o                [c_z, c]
+//   outgoing           true: Alg. 12, false: Alg. 13
+//   returns the update [B, N, N, c_z]; the caller adds the residual and dropout.
+// Registered as torch.ops.megafold.triangle_multiplication.
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace megafold::ops {
+
+at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::Tensor>& mask,
+                                   const at::Tensor& ln_in_weight, const at::Tensor& ln_in_bias,
+                                   const at::Tensor& w_ab, const at::Tensor& w_g,
+                                   const at::Tensor& ln_out_weight,
+                                   const at::Tensor& ln_out_bias, const at::Tensor& w_o,
+                                   bool outgoing);
+
+at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,
+                                       const at::Tensor& ln_in_weight,
+                                       const at::Tensor& ln_in_bias, const at::Tensor& w_ab,
+                                       const at::Tensor& w_g, const at::Tensor& ln_out_weight,
+                                       const at::Tensor& ln_out_bias, const at::Tensor& w_o,
+                                       bool outgoing);
+
+}  // namespace megafold::ops

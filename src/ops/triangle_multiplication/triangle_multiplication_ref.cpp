@@ -1,0 +1,60 @@
+#include "ops/triangle_multiplication/triangle_multiplication.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/sigmoid.h>
+
+#include "ops/common.h"
+#include "ops/layernorm_linear/layernorm_linear.h"
+
+namespace megafold::ops {
+
+at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,
+                                       const at::Tensor& ln_in_weight,
+                                       const at::Tensor& ln_in_bias, const at::Tensor& w_ab,
+                                       const at::Tensor& w_g, const at::Tensor& ln_out_weight,
+                                       const at::Tensor& ln_out_bias, const at::Tensor& w_o,
+                                       bool outgoing) {
+  constexpr const char* op = "triangle_multiplication";
+  detail::check_shape(op, "z", z, {-1, -1, -1, -1});
+  const int64_t B = z.size(0), N = z.size(1), c_z = z.size(3);
+  TORCH_CHECK(z.size(2) == N, "megafold::triangle_multiplication: argument 'z' must be square in "
+              "dims 1 and 2, got ", z.sizes());
+  detail::check_shape(op, "mask", mask, {B, N, N});
+  detail::check_shape(op, "ln_in_weight", ln_in_weight, {c_z});
+  detail::check_shape(op, "ln_in_bias", ln_in_bias, {c_z});
+  detail::check_shape(op, "w_ab", w_ab, {-1, c_z});
+  TORCH_CHECK(w_ab.size(0) % 4 == 0, "megafold::triangle_multiplication: argument 'w_ab' must "
+              "have 4*c rows (p_a, p_b, g_a, g_b), got ", w_ab.size(0));
+  const int64_t c = w_ab.size(0) / 4;
+  detail::check_shape(op, "w_g", w_g, {c_z, c_z});
+  detail::check_shape(op, "ln_out_weight", ln_out_weight, {c});
+  detail::check_shape(op, "ln_out_bias", ln_out_bias, {c});
+  detail::check_shape(op, "w_o", w_o, {c_z, c});
+  detail::check_float_like(op, "z", z, z);
+
+  // AF3 SI Alg. 12 / 13
+  const at::Tensor x = at::layer_norm(z, {c_z}, ln_in_weight, ln_in_bias, kLayerNormEps);
+  const at::Tensor proj = at::linear(x, w_ab);  // [B, N, N, 4c]
+  at::Tensor a = at::sigmoid(proj.narrow(-1, 2 * c, c)) * proj.narrow(-1, 0, c);
+  at::Tensor b = at::sigmoid(proj.narrow(-1, 3 * c, c)) * proj.narrow(-1, c, c);
+  if (mask.has_value() && mask->defined()) {
+    const at::Tensor m = mask->unsqueeze(-1).to(a.scalar_type());
+    a = a * m;
+    b = b * m;
+  }
+  // Channel-major views make the k-contraction one batched matmul per channel:
+  // outgoing t[c,i,j] = sum_k a[c,i,k] b[c,j,k]; incoming t[c,i,j] = sum_k a[c,k,i] b[c,k,j].
+  const at::Tensor a_c = a.permute({0, 3, 1, 2});  // [B, c, i, k] = a_ik
+  const at::Tensor b_c = b.permute({0, 3, 1, 2});
+  const at::Tensor t = outgoing ? at::matmul(a_c, b_c.transpose(-1, -2))
+                                : at::matmul(a_c.transpose(-1, -2), b_c);  // [B, c, N, N]
+  const at::Tensor t_last = t.permute({0, 2, 3, 1});                         // [B, N, N, c]
+  const at::Tensor o = at::linear(
+      at::layer_norm(t_last, {c}, ln_out_weight, ln_out_bias, kLayerNormEps), w_o);
+  return at::sigmoid(at::linear(x, w_g)) * o;
+}
+
+}  // namespace megafold::ops

@@ -1,0 +1,38 @@
+#pragma once
+// Checkpoints: one file per saved step, written atomically (temporary file, fsync, rename,
+// fsync of the directory), so a run killed at any moment leaves either the previous
+// checkpoint or the new one, never a torn file.
+//
+// Contents: model parameters, EMA parameters, optimiser state, the step, the run seed and the
+// config JSON. Data order and dropout masks are pure functions of (seed, step), so the step
+// and the seed are the whole RNG/data-order state (core/seed.h).
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megafold::train {
+
+struct CheckpointMeta {
+  int64_t step = 0;  // number of optimiser steps done
+  uint64_t seed = 0;
+  std::string config_json;
+};
+
+// Writes <dir>/step_<step>.pt atomically and deletes all but the newest `keep` checkpoints.
+std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                            torch::nn::Module& model, const std::vector<at::Tensor>& ema,
+                            torch::optim::Optimizer& optimizer, int64_t keep);
+
+// Path of the newest checkpoint in dir, if any (leftover temporary files are ignored).
+std::optional<std::string> latest_checkpoint(const std::string& dir);
+
+// Loads a checkpoint into model, ema and optimizer (already constructed with the same
+// config). Throws megafold::Error naming the file on a corrupt or mismatched checkpoint.
+CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
+                               std::vector<at::Tensor>& ema, torch::optim::Optimizer& optimizer);
+
+}  // namespace megafold::train

@@ -1,0 +1,207 @@
+#include "train/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/check.h"
+#include "train/builtin_configs.h"
+
+namespace megafold::train {
+namespace {
+
+using nlohmann::json;
+
+// Reads `key` of object `j` into `out` when present; type errors name origin and key.
+template <typename T>
+void read(const json& j, const char* key, T& out, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception& ex) {
+    throw Error(where + ": key '" + key + "' has the wrong type (" + it->dump() + ")");
+  }
+}
+
+void reject_unknown(const json& j, std::initializer_list<const char*> known, const std::string& where) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    if (!ok) throw Error(where + ": unknown key '" + it.key() + "' (check the spelling; see configs/)");
+  }
+}
+
+void apply(const json& j, TrainConfig& c, const std::string& origin, int depth);
+
+void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
+  reject_unknown(j, {"c_s", "c_z", "n_blocks", "tri_attn_heads", "tri_attn_head_dim", "tri_mul_hidden",
+                     "single_attn_heads", "single_attn_head_dim", "transition_factor", "dropout",
+                     "relpos_r_max", "relpos_s_max", "distogram_bins", "distogram_min",
+                     "distogram_max", "checkpoint_blocks"}, w);
+  read(j, "c_s", m.c_s, w);
+  read(j, "c_z", m.c_z, w);
+  read(j, "n_blocks", m.n_blocks, w);
+  read(j, "tri_attn_heads", m.tri_attn_heads, w);
+  read(j, "tri_attn_head_dim", m.tri_attn_head_dim, w);
+  read(j, "tri_mul_hidden", m.tri_mul_hidden, w);
+  read(j, "single_attn_heads", m.single_attn_heads, w);
+  read(j, "single_attn_head_dim", m.single_attn_head_dim, w);
+  read(j, "transition_factor", m.transition_factor, w);
+  read(j, "dropout", m.dropout, w);
+  read(j, "relpos_r_max", m.relpos_r_max, w);
+  read(j, "relpos_s_max", m.relpos_s_max, w);
+  read(j, "distogram_bins", m.distogram_bins, w);
+  read(j, "distogram_min", m.distogram_min, w);
+  read(j, "distogram_max", m.distogram_max, w);
+  read(j, "checkpoint_blocks", m.checkpoint_blocks, w);
+}
+
+void apply_data(const json& j, DataConfig& d, const std::string& w) {
+  reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size"}, w);
+  read(j, "dir", d.dir, w);
+  read(j, "crop_size", d.crop_size, w);
+  read(j, "batch_size", d.batch_size, w);
+  read(j, "val_crop_size", d.val_crop_size, w);
+}
+
+void apply_optim(const json& j, OptimConfig& o, const std::string& w) {
+  reject_unknown(j, {"lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "decay_every",
+                     "decay_factor", "clip_grad_norm", "ema_decay"}, w);
+  read(j, "lr", o.lr, w);
+  read(j, "beta1", o.beta1, w);
+  read(j, "beta2", o.beta2, w);
+  read(j, "eps", o.eps, w);
+  read(j, "weight_decay", o.weight_decay, w);
+  read(j, "warmup_steps", o.warmup_steps, w);
+  read(j, "decay_every", o.decay_every, w);
+  read(j, "decay_factor", o.decay_factor, w);
+  read(j, "clip_grad_norm", o.clip_grad_norm, w);
+  read(j, "ema_decay", o.ema_decay, w);
+}
+
+void apply(const json& j, TrainConfig& c, const std::string& origin, int depth) {
+  MF_CHECK(j.is_object(), origin, ": a config must be a JSON object");
+  reject_unknown(j, {"base", "name", "model", "data", "optim", "steps", "seed", "device", "bf16",
+                     "threads", "log_every", "val_every", "checkpoint_every", "keep_checkpoints"},
+                 origin);
+  if (auto it = j.find("base"); it != j.end()) {
+    MF_CHECK(depth < 8, origin, ": 'base' chain is too deep (a cycle?)");
+    MF_CHECK(it->is_string(), origin, ": 'base' must be a config name");
+    const std::string base = it->get<std::string>();
+    const auto& builtin = builtin_configs();
+    auto b = builtin.find(base);
+    if (b == builtin.end()) throw Error(origin + ": unknown base config '" + base + "'");
+    apply(json::parse(b->second), c, "config '" + base + "'", depth + 1);
+  }
+  read(j, "name", c.name, origin);
+  if (j.contains("model")) apply_model(j["model"], c.model, origin + " [model]");
+  if (j.contains("data")) apply_data(j["data"], c.data, origin + " [data]");
+  if (j.contains("optim")) apply_optim(j["optim"], c.optim, origin + " [optim]");
+  read(j, "steps", c.steps, origin);
+  read(j, "seed", c.seed, origin);
+  read(j, "device", c.device, origin);
+  read(j, "bf16", c.bf16, origin);
+  read(j, "threads", c.threads, origin);
+  read(j, "log_every", c.log_every, origin);
+  read(j, "val_every", c.val_every, origin);
+  read(j, "checkpoint_every", c.checkpoint_every, origin);
+  read(j, "keep_checkpoints", c.keep_checkpoints, origin);
+}
+
+void validate(const TrainConfig& c, const std::string& origin) {
+  auto positive = [&](int64_t v, const char* key) {
+    if (v <= 0) throw Error(origin + ": '" + key + "' must be > 0, got " + std::to_string(v));
+  };
+  positive(c.model.c_s, "model.c_s");
+  positive(c.model.c_z, "model.c_z");
+  positive(c.model.n_blocks, "model.n_blocks");
+  positive(c.model.tri_attn_heads, "model.tri_attn_heads");
+  positive(c.model.tri_attn_head_dim, "model.tri_attn_head_dim");
+  positive(c.model.tri_mul_hidden, "model.tri_mul_hidden");
+  positive(c.model.single_attn_heads, "model.single_attn_heads");
+  positive(c.model.single_attn_head_dim, "model.single_attn_head_dim");
+  positive(c.model.transition_factor, "model.transition_factor");
+  positive(c.data.crop_size, "data.crop_size");
+  positive(c.data.batch_size, "data.batch_size");
+  positive(c.steps, "steps");
+  positive(c.log_every, "log_every");
+  positive(c.checkpoint_every, "checkpoint_every");
+  positive(c.keep_checkpoints, "keep_checkpoints");
+  if (c.model.dropout < 0 || c.model.dropout >= 1)
+    throw Error(origin + ": 'model.dropout' must be in [0, 1)");
+  if (c.model.distogram_bins < 2) throw Error(origin + ": 'model.distogram_bins' must be >= 2");
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_config_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : builtin_configs()) names.push_back(name);
+  return names;
+}
+
+std::string default_config_name(bool cuda_available) {
+  return cuda_available ? "gpu-small" : "cpu-tiny";
+}
+
+TrainConfig parse_config(const std::string& json_text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& ex) {
+    throw Error(origin + ": invalid JSON: " + ex.what());
+  }
+  TrainConfig c;
+  apply(j, c, origin, 0);
+  validate(c, origin);
+  return c;
+}
+
+TrainConfig load_config(const std::string& file_or_name) {
+  if (std::filesystem::is_regular_file(file_or_name)) {
+    std::ifstream in(file_or_name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    MF_CHECK(in.good() || in.eof(), file_or_name, ": cannot read config file");
+    return parse_config(ss.str(), file_or_name);
+  }
+  const auto& builtin = builtin_configs();
+  auto it = builtin.find(file_or_name);
+  if (it == builtin.end()) {
+    std::string names;
+    for (const auto& [n, t] : builtin) names += (names.empty() ? "" : ", ") + n;
+    throw Error("config '" + file_or_name + "' is neither a file nor a built-in config (" + names + ")");
+  }
+  return parse_config(it->second, "config '" + file_or_name + "'");
+}
+
+std::string to_json(const TrainConfig& c) {
+  const auto& m = c.model;
+  json j = {
+      {"name", c.name},
+      {"model", {{"c_s", m.c_s}, {"c_z", m.c_z}, {"n_blocks", m.n_blocks},
+                 {"tri_attn_heads", m.tri_attn_heads}, {"tri_attn_head_dim", m.tri_attn_head_dim},
+                 {"tri_mul_hidden", m.tri_mul_hidden}, {"single_attn_heads", m.single_attn_heads},
+                 {"single_attn_head_dim", m.single_attn_head_dim},
+                 {"transition_factor", m.transition_factor}, {"dropout", m.dropout},
+                 {"relpos_r_max", m.relpos_r_max}, {"relpos_s_max", m.relpos_s_max},
+                 {"distogram_bins", m.distogram_bins}, {"distogram_min", m.distogram_min},
+                 {"distogram_max", m.distogram_max}, {"checkpoint_blocks", m.checkpoint_blocks}}},
+      {"data", {{"dir", c.data.dir}, {"crop_size", c.data.crop_size},
+                {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size}}},
+      {"optim", {{"lr", c.optim.lr}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
+                 {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay},
+                 {"warmup_steps", c.optim.warmup_steps}, {"decay_every", c.optim.decay_every},
+                 {"decay_factor", c.optim.decay_factor}, {"clip_grad_norm", c.optim.clip_grad_norm},
+                 {"ema_decay", c.optim.ema_decay}}},
+      {"steps", c.steps}, {"seed", c.seed}, {"device", c.device}, {"bf16", c.bf16},
+      {"threads", c.threads}, {"log_every", c.log_every}, {"val_every", c.val_every},
+      {"checkpoint_every", c.checkpoint_every}, {"keep_checkpoints", c.keep_checkpoints}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace megafold::train

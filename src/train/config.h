@@ -1,0 +1,64 @@
+#pragma once
+// Run configuration: model sizes, data, optimiser, schedule and run control.
+// Resolution order: built-in defaults <- named base config <- config file <- command line.
+// Named configs are the JSON files under configs/, embedded into the binary at build time,
+// so `megafold train` works from any directory. Unknown keys are errors that name the key.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace megafold::train {
+
+struct DataConfig {
+  std::string dir = "data/pdb";  // directory of mmCIF/PDB files (searched recursively)
+  int64_t crop_size = 384;       // tokens per training crop (contiguous crops)
+  int64_t batch_size = 1;
+  int64_t val_crop_size = 384;   // validation entries are cropped deterministically to this
+};
+
+struct OptimConfig {
+  double lr = 1.8e-3;            // AF3 SI Sec. 5.4
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t warmup_steps = 1000;   // linear warm-up from 0
+  int64_t decay_every = 50000;   // then lr *= decay_factor every decay_every steps (AF3)
+  double decay_factor = 0.95;
+  double clip_grad_norm = 10.0;  // 0 disables clipping
+  double ema_decay = 0.999;
+};
+
+struct TrainConfig {
+  std::string name = "custom";
+  model::ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  int64_t steps = 1000;
+  uint64_t seed = 0;
+  std::string device = "auto";   // auto | cpu | cuda | cuda:N
+  bool bf16 = true;              // bf16 autocast on CUDA (fp32 master weights); ignored on CPU
+  int64_t threads = 0;           // intra-op CPU threads, 0 = all cores
+  int64_t log_every = 10;
+  int64_t val_every = 100;       // 0 = only at the end
+  int64_t checkpoint_every = 100;
+  int64_t keep_checkpoints = 3;
+};
+
+// Names of the embedded configs (configs/*.json without extension).
+std::vector<std::string> builtin_config_names();
+
+// Loads a config from a file path or an embedded name. Throws megafold::Error naming the
+// file and the offending key or value.
+TrainConfig load_config(const std::string& file_or_name);
+
+// The embedded default for the hardware found: "gpu-small" with CUDA, else "cpu-tiny".
+std::string default_config_name(bool cuda_available);
+
+// Fully resolved config as pretty JSON (saved beside metrics.jsonl).
+std::string to_json(const TrainConfig& cfg);
+
+// Parses a JSON config text; `origin` names it in errors.
+TrainConfig parse_config(const std::string& json_text, const std::string& origin);
+
+}  // namespace megafold::train

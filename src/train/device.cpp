@@ -1,0 +1,96 @@
+#include "train/device.h"
+
+#include <sys/resource.h>
+
+#include <sstream>
+#include <thread>
+
+#include "core/check.h"
+
+#ifdef MEGAFOLD_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace megafold::train {
+
+bool cuda_available() {
+#ifdef MEGAFOLD_CUDA
+  return c10::cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+c10::Device resolve_device(const std::string& spec) {
+  if (spec == "auto") return cuda_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  c10::Device d(c10::kCPU);
+  try {
+    d = c10::Device(spec);
+  } catch (const std::exception&) {
+    throw Error("device '" + spec + "' is not valid; use auto, cpu, cuda or cuda:N");
+  }
+  if (d.is_cuda()) {
+    MF_CHECK(cuda_available(), "device '", spec, "' requested but no CUDA device is usable",
+             " (this build ", (
+#ifdef MEGAFOLD_CUDA
+                 "has CUDA support"
+#else
+                 "is CPU-only"
+#endif
+                 ), "); use --device cpu");
+    if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
+  }
+  return d;
+}
+
+void synchronize(const c10::Device& device) {
+#ifdef MEGAFOLD_CUDA
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#endif
+}
+
+void reset_peak_memory(const c10::Device& device) {
+#ifdef MEGAFOLD_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+}
+
+double peak_memory_gb(const c10::Device& device) {
+#ifdef MEGAFOLD_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto& peak = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    return static_cast<double>(peak) / 1e9;
+  }
+#endif
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB on Linux
+}
+
+std::vector<std::string> describe_devices() {
+  std::vector<std::string> lines;
+  std::ostringstream cpu;
+  cpu << "cpu: " << std::thread::hardware_concurrency() << " hardware threads";
+  lines.push_back(cpu.str());
+#ifdef MEGAFOLD_CUDA
+  const int n = c10::cuda::device_count();
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    std::ostringstream os;
+    os << "cuda:" << i << ": " << prop.name << ", sm_" << prop.major << prop.minor << ", "
+       << prop.multiProcessorCount << " SMs, " << static_cast<double>(prop.totalGlobalMem) / 1e9
+       << " GB";
+    lines.push_back(os.str());
+  }
+  if (n == 0) lines.push_back("cuda: built with CUDA, no device visible");
+#else
+  lines.push_back("cuda: not in this build (CPU-only)");
+#endif
+  return lines;
+}
+
+}  // namespace megafold::train

@@ -1,0 +1,307 @@
+#include "train/trainer.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "core/check.h"
+#include "core/seed.h"
+#include "data/dataset.h"
+#include "data/features.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/device.h"
+#include "train/ema.h"
+#include "train/metrics.h"
+
+namespace megafold::train {
+namespace fs = std::filesystem;
+namespace {
+
+// Salts that keep the seed streams of different purposes apart.
+constexpr uint64_t kCropSalt = 0x63726f70;     // "crop"
+constexpr uint64_t kDropoutSalt = 0x64726f70;  // "drop"
+constexpr uint64_t kValidationSalt = 0x76616c; // "val"
+
+std::atomic<bool> g_stop_requested{false};
+extern "C" void on_stop_signal(int) { g_stop_requested = true; }
+
+// SIGINT/SIGTERM finish the current step, write a checkpoint and return.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_requested = false;
+    prev_int_ = std::signal(SIGINT, on_stop_signal);
+    prev_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, prev_int_);
+    std::signal(SIGTERM, prev_term_);
+  }
+
+ private:
+  void (*prev_int_)(int);
+  void (*prev_term_)(int);
+};
+
+// bf16 autocast for the forward pass on CUDA; a no-op elsewhere.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  }
+  ~AutocastGuard() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+};
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    MF_CHECK(out.good(), "cannot write ", tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint64_t seed,
+                           int64_t step) {
+  std::vector<const data::Entry*> entries;
+  std::vector<std::vector<int32_t>> crops;
+  for (int64_t b = 0; b < cfg.data.batch_size; ++b) {
+    const uint64_t g = static_cast<uint64_t>(step * cfg.data.batch_size + b);
+    const data::Entry& e = ds.sample(seed, g);
+    entries.push_back(&e);
+    crops.push_back(data::contiguous_crop(e, static_cast<int>(cfg.data.crop_size),
+                                          mix_seed(seed ^ kCropSalt, g)));
+  }
+  return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size));
+}
+
+struct Validation {
+  double loss = 0, accuracy = 0, pairs = 0;
+};
+
+Validation validate(model::MegaFold& model, const data::Dataset& ds, const TrainConfig& cfg,
+                    const c10::Device& device, bool autocast) {
+  Validation v;
+  at::NoGradGuard no_grad;
+  model->eval();
+  for (size_t i = 0; i < ds.validation.size(); ++i) {
+    const data::Entry& e = ds.validation[i];
+    // Fixed crops, independent of the run seed, so runs are comparable.
+    const auto crop = data::contiguous_crop(e, static_cast<int>(cfg.data.val_crop_size),
+                                            mix_seed(kValidationSalt, i));
+    const data::Batch batch = data::make_batch({&e}, {crop}, 0).to(device);
+    AutocastGuard ac(autocast);
+    const model::TrunkOutput out = model->forward(batch, 0);
+    const model::DistogramMetrics m =
+        model::distogram_loss(out.distogram_logits, batch.rep_coords,
+                              batch.rep_mask * batch.token_mask, cfg.model.distogram_min,
+                              cfg.model.distogram_max);
+    const double pairs = m.pairs.item<double>();
+    v.loss += m.loss.item<double>() * pairs;
+    v.accuracy += m.accuracy.item<double>() * pairs;
+    v.pairs += pairs;
+  }
+  model->train();
+  if (v.pairs > 0) {
+    v.loss /= v.pairs;
+    v.accuracy /= v.pairs;
+  }
+  return v;
+}
+
+double mean(const std::vector<double>& xs, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += xs[i];
+  return end > begin ? s / static_cast<double>(end - begin) : 0.0;
+}
+
+}  // namespace
+
+double learning_rate(const OptimConfig& o, int64_t step) {
+  if (o.warmup_steps > 0 && step < o.warmup_steps)
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  const int64_t after = step - std::max<int64_t>(o.warmup_steps, 0);
+  const int64_t decays = o.decay_every > 0 ? after / o.decay_every : 0;
+  return o.lr * std::pow(o.decay_factor, static_cast<double>(decays));
+}
+
+TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
+  TrainConfig cfg = cfg_in;
+  const c10::Device device = resolve_device(cfg.device);
+  const bool autocast = device.is_cuda() && cfg.bf16;
+  at::set_num_threads(cfg.threads > 0 ? static_cast<int>(cfg.threads)
+                                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  const fs::path out_dir(opts.out_dir);
+  const fs::path ckpt_dir = out_dir / "checkpoints";
+  fs::create_directories(out_dir);
+  auto say = [&](const std::string& s) {
+    if (!opts.quiet) std::cout << s << std::endl;
+  };
+
+  const data::Dataset ds = data::load_dataset(cfg.data.dir, opts.quiet);
+  {
+    std::ostringstream os;
+    os << "data: " << ds.train.size() << " train, " << ds.validation.size() << " validation entries from "
+       << cfg.data.dir << " (" << ds.skipped.size() << " files skipped)";
+    say(os.str());
+  }
+
+  at::manual_seed(cfg.seed);  // parameter initialisation only; all later randomness is seeded
+  model::MegaFold model(cfg.model);
+  model->to(device);
+  std::vector<at::Tensor> params = model->parameters();
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(cfg.optim.lr)
+                                            .betas({cfg.optim.beta1, cfg.optim.beta2})
+                                            .eps(cfg.optim.eps)
+                                            .weight_decay(cfg.optim.weight_decay));
+  Ema ema(params, cfg.optim.ema_decay);
+
+  int64_t start = 0;
+  if (opts.resume) {
+    if (const auto path = latest_checkpoint(ckpt_dir.string())) {
+      const CheckpointMeta meta = load_checkpoint(*path, *model, ema.shadow(), optimizer);
+      start = meta.step;
+      if (meta.seed != cfg.seed) {
+        say("resume: using the checkpoint's seed " + std::to_string(meta.seed) +
+            " (the data order and dropout masks depend on it)");
+        cfg.seed = meta.seed;
+      }
+      say("resume: " + *path + " (step " + std::to_string(start) + ")");
+    } else {
+      say("resume: no checkpoint in " + ckpt_dir.string() + ", starting from step 0");
+    }
+  }
+  write_file_atomically((out_dir / "config.json").string(), to_json(cfg));
+  MetricsLog metrics((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
+
+  int64_t n_params = 0;
+  for (const auto& p : params) n_params += p.numel();
+  say("model: " + std::to_string(cfg.model.n_blocks) + " Pairformer blocks, " +
+      std::to_string(n_params) + " parameters; device " + device.str() +
+      (autocast ? " (bf16 autocast)" : " (fp32)") + "; config " + cfg.name);
+
+  TrainResult result;
+  std::vector<double> losses, step_ms;
+  Progress progress(start, cfg.steps);
+  StopSignals signals;
+  auto checkpoint = [&](int64_t step) {
+    CheckpointMeta meta{step, cfg.seed, to_json(cfg)};
+    save_checkpoint(ckpt_dir.string(), meta, *model, ema.shadow(), optimizer, cfg.keep_checkpoints);
+  };
+  auto run_validation = [&](int64_t step) {
+    if (ds.validation.empty()) return;
+    ema.swap(params);
+    const Validation v = validate(model, ds, cfg, device, autocast);
+    ema.swap(params);
+    metrics.write("validation", step, {{"distogram_loss", v.loss}, {"distogram_accuracy", v.accuracy},
+                                       {"pairs", v.pairs}});
+    result.val_distogram_loss = v.loss;
+    result.val_distogram_accuracy = v.accuracy;
+    char line[160];
+    std::snprintf(line, sizeof(line), "validation step %lld: distogram loss %.4f accuracy %.4f (EMA weights)",
+                  static_cast<long long>(step), v.loss, v.accuracy);
+    if (!opts.quiet) progress.message(line);
+  };
+
+  reset_peak_memory(device);
+  int64_t step = start;
+  while (step < cfg.steps && !g_stop_requested) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const data::Batch batch = training_batch(ds, cfg, cfg.seed, step).to(device);
+    const double lr = learning_rate(cfg.optim, step);
+    for (auto& group : optimizer.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+
+    model::Losses loss;
+    {
+      AutocastGuard ac(autocast);
+      const model::TrunkOutput out = model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step));
+      loss = model->loss(batch, out);
+    }
+    loss.total.backward();
+    const double grad_norm =
+        cfg.optim.clip_grad_norm > 0
+            ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)
+            : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
+    const double loss_value = loss.total.item<double>();
+    const bool finite = std::isfinite(loss_value) && std::isfinite(grad_norm);
+    if (finite) {
+      optimizer.step();
+      ema.update(params);
+    } else if (!opts.quiet) {
+      progress.message("warning: step " + std::to_string(step + 1) +
+                       " has a non-finite loss or gradient; update skipped");
+    }
+    optimizer.zero_grad();
+    synchronize(device);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++step;
+    losses.push_back(loss_value);
+    step_ms.push_back(ms);
+
+    const bool log_now = step % cfg.log_every == 0 || step == cfg.steps;
+    if (log_now) {
+      metrics.write("train", step,
+                    {{"loss", loss_value},
+                     {"distogram_loss", loss.distogram.item<double>()},
+                     {"distogram_accuracy", loss.distogram_accuracy.item<double>()},
+                     {"lr", lr},
+                     {"grad_norm", grad_norm},
+                     {"tokens_per_s", static_cast<double>(batch.real_tokens()) / (ms / 1e3)},
+                     {"step_ms", ms},
+                     {"peak_memory_gb", peak_memory_gb(device)},
+                     {"skipped", finite ? 0.0 : 1.0}});
+    }
+    if (!opts.quiet) {
+      const size_t w = std::min<size_t>(step_ms.size(), 20);
+      const double recent_ms = mean(step_ms, step_ms.size() - w, step_ms.size());
+      progress.update(step, loss_value, lr, 1e3 / recent_ms, log_now);
+    }
+    if (cfg.val_every > 0 && step % cfg.val_every == 0 && step != cfg.steps) run_validation(step);
+    if (step % cfg.checkpoint_every == 0 && step != cfg.steps) checkpoint(step);
+  }
+  if (g_stop_requested && !opts.quiet) progress.message("stop requested: writing a checkpoint");
+  if (step > start || g_stop_requested) checkpoint(step);
+  if (step == cfg.steps) run_validation(step);
+  progress.finish();
+
+  result.steps_done = step - start;
+  const size_t n = losses.size(), window = std::max<size_t>(1, n / 10);
+  result.first_loss = mean(losses, 0, std::min(window, n));
+  result.last_loss = mean(losses, n - std::min(window, n), n);
+  if (step_ms.size() > 1) {
+    std::vector<double> sorted(step_ms.begin() + 1, step_ms.end());  // first step warms up
+    std::sort(sorted.begin(), sorted.end());
+    result.step_ms = sorted[sorted.size() / 2];
+  } else if (!step_ms.empty()) {
+    result.step_ms = step_ms[0];
+  }
+  result.peak_gb = peak_memory_gb(device);
+  return result;
+}
+
+}  // namespace megafold::train

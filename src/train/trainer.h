@@ -1,0 +1,28 @@
+#pragma once
+// The training loop: data -> model -> losses -> AdamW/EMA -> checkpoints and metrics.
+#include <string>
+
+#include "train/config.h"
+
+namespace megafold::train {
+
+struct TrainOptions {
+  std::string out_dir;
+  bool resume = false;  // continue from the newest checkpoint in out_dir/checkpoints
+  bool quiet = false;   // no progress output (tests)
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double first_loss = 0, last_loss = 0;  // mean over the first / last log window
+  double step_ms = 0;                    // median step time over the run (after warm-up)
+  double peak_gb = 0;
+  double val_distogram_loss = 0, val_distogram_accuracy = 0;
+};
+
+// Learning rate at optimiser step `step` (0-based): linear warm-up, then step decay (AF3).
+double learning_rate(const OptimConfig& o, int64_t step);
+
+TrainResult run_training(const TrainConfig& cfg, const TrainOptions& opts);
+
+}  // namespace megafold::train
