@@ -31,12 +31,13 @@ class AutocastScope {
 };
 
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
-  // Inputs after ctx: block (not a tensor), s, z, token_mask, pair_mask, seed (not a tensor),
-  // then every parameter of the block so that autograd routes their gradients here.
+  // Inputs after ctx: block (not a tensor), s, z, token_mask, pair_mask, seed (not a tensor).
+  // Parameter gradients are not routed through this node: the recomputation in backward
+  // runs a nested backward that accumulates them into the parameters' .grad directly.
   static variable_list forward(AutogradContext* ctx, PairformerBlockImpl* block,
                                const at::Tensor& s, const at::Tensor& z,
                                const at::Tensor& token_mask, const at::Tensor& pair_mask,
-                               int64_t seed, const variable_list& params) {
+                               int64_t seed) {
     const at::DeviceType dev = z.device().type();
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
     ctx->saved_data["seed"] = seed;
@@ -53,7 +54,6 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor s = saved[0].detach().requires_grad_(true);
     const at::Tensor z = saved[1].detach().requires_grad_(true);
-    variable_list params = block->parameters();
     PairformerState out;
     {
       at::AutoGradMode grad_on(true);
@@ -62,18 +62,15 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       out = block->forward({s, z}, saved[2], saved[3],
                            static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
     }
-    variable_list inputs = {s, z};
-    inputs.insert(inputs.end(), params.begin(), params.end());
-    for (at::Tensor& g : grad_out)
-      if (!g.defined()) g = at::Tensor();
-    const variable_list grads =
-        torch::autograd::grad({out.s, out.z}, inputs, {grad_out[0], grad_out[1]},
-                              /*retain_graph=*/false, /*create_graph=*/false,
-                              /*allow_unused=*/true);
-    variable_list result = {at::Tensor(), grads[0], grads[1], at::Tensor(), at::Tensor(),
-                            at::Tensor()};
-    result.insert(result.end(), grads.begin() + 2, grads.end());
-    return result;
+    // An undefined output gradient means that output does not reach the loss.
+    variable_list outputs, grads;
+    for (int i = 0; i < 2; ++i) {
+      if (!grad_out[i].defined()) continue;
+      outputs.push_back(i == 0 ? out.s : out.z);
+      grads.push_back(grad_out[i]);
+    }
+    torch::autograd::backward(outputs, grads);
+    return {at::Tensor(), s.grad(), z.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -84,7 +81,7 @@ PairformerState checkpointed_block(PairformerBlockImpl& block, const PairformerS
                                    uint64_t dropout_seed) {
   const variable_list out =
       CheckpointedBlock::apply(&block, in.s, in.z, token_mask, pair_mask,
-                               static_cast<int64_t>(dropout_seed), block.parameters());
+                               static_cast<int64_t>(dropout_seed));
   return {out[0], out[1]};
 }
 

@@ -1,0 +1,253 @@
+// Data layer: parsing rules on real files, malformed input, split and cropping.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "core/check.h"
+#include "data/dataset.h"
+#include "data/features.h"
+#include "data/structure.h"
+
+namespace megafold::data {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kData = MEGAFOLD_TEST_SOURCE_DIR "/data/pdb";
+const std::string kFixtures = MEGAFOLD_TEST_SOURCE_DIR "/tests/fixtures";
+
+std::string gunzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  EXPECT_NE(f, nullptr) << path;
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, n);
+  gzclose(f);
+  return out;
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("megafold_test_" + std::to_string(::getpid()) + "_" +
+                                                 std::to_string(counter_++))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const std::string p = (path_ / name).string();
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  std::string str() const { return path_.string(); }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+std::string error_of(const std::string& path) {
+  try {
+    load_entry(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Structure, UbiquitinPdbHasOneChainOf76Residues) {
+  const Entry e = load_entry(kData + "/1ubi.pdb.gz");
+  EXPECT_EQ(e.name, "1ubi");
+  EXPECT_EQ(e.n_chains(), 1);
+  EXPECT_EQ(e.n_tokens(), 76);
+  EXPECT_EQ(e.sequence(0).substr(0, 10), "MQIFVKTLTG");  // UniProt P0CG48 starts MQIFVKTLTG
+  // Every residue of 1UBI is complete except the C-terminal tail; backbone is all there.
+  for (int i = 0; i < e.n_tokens(); ++i) EXPECT_TRUE(e.atom_mask[i * kMaxAtomsPerToken + kAtomCA]);
+  EXPECT_EQ(e.dropped_hydrogens, 0);
+  EXPECT_GT(e.dropped_residues, 0);  // waters
+}
+
+TEST(Structure, MmcifAndPdbOfTheSameEntryAgree) {
+  const Entry cif = load_entry(kData + "/1ubq.cif.gz");
+  const Entry pdb = load_entry(kData + "/1ubi.pdb.gz");
+  EXPECT_EQ(cif.sequence(0), pdb.sequence(0));  // 1UBQ and 1UBI are both human ubiquitin
+}
+
+TEST(Structure, MultiChainComplexGetsEntitiesAndSymIds) {
+  // Find a bundled homo-oligomer and check the entity/sym rule on it.
+  bool seen = false;
+  for (const auto& it : fs::directory_iterator(kData)) {
+    const Entry e = load_entry(it.path().string());
+    if (e.n_chains() < 2) continue;
+    for (int c = 0; c < e.n_chains(); ++c) {
+      for (int d = 0; d < c; ++d) {
+        const int tc = static_cast<int>(std::find(e.asym_id.begin(), e.asym_id.end(), c) - e.asym_id.begin());
+        const int td = static_cast<int>(std::find(e.asym_id.begin(), e.asym_id.end(), d) - e.asym_id.begin());
+        EXPECT_EQ(e.sequence(c) == e.sequence(d), e.entity_id[tc] == e.entity_id[td]) << e.name;
+        if (e.entity_id[tc] == e.entity_id[td]) {
+          EXPECT_NE(e.sym_id[tc], e.sym_id[td]) << e.name;
+          seen = true;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(seen) << "the bundle should hold at least one homo-oligomer";
+}
+
+TEST(Structure, NmrEnsembleUsesFirstModelOnly) {
+  const std::string text = gunzip(kData + "/2juy.pdb.gz");
+  ASSERT_NE(text.find("\nMODEL"), std::string::npos) << "2juy is an NMR ensemble";
+  const Entry e = load_entry(kData + "/2juy.pdb.gz");
+  // Tokens of one model only: at most one token per (chain, residue number).
+  std::set<std::pair<int, int>> seen;
+  for (int i = 0; i < e.n_tokens(); ++i) EXPECT_TRUE(seen.insert({e.asym_id[i], e.residue_index[i]}).second);
+}
+
+TEST(Structure, AltlocsKeepHighestOccupancyFirstOnTies) {
+  const Entry e = load_entry(kFixtures + "/disordered.pdb");
+  // ARG 27 NH1 has altlocs A and B at occupancy 0.50 each: A (listed first) is kept.
+  int arg = -1;
+  for (int i = 0; i < e.n_tokens(); ++i)
+    if (e.residue_index[i] == 27) arg = i;
+  ASSERT_GE(arg, 0);
+  const int slot = atom_slot(amino_acid_index("ARG"), "NH1");
+  const float* xyz = &e.coords[(arg * kMaxAtomsPerToken + slot) * 3];
+  EXPECT_FLOAT_EQ(xyz[0], 57.848f);
+  EXPECT_FLOAT_EQ(xyz[1], 21.002f);
+  EXPECT_FLOAT_EQ(xyz[2], 24.386f);
+}
+
+TEST(Structure, MalformedFilesGiveErrorsNamingFileAndReason) {
+  TempDir dir;
+  const std::string real = gunzip(kData + "/1ubq.cif.gz");
+  const std::string empty = dir.write("empty.cif", "");
+  EXPECT_NE(error_of(empty).find("empty.cif: empty file"), std::string::npos) << error_of(empty);
+
+  std::mt19937 rng(7);
+  std::string noise(4096, '\0');
+  for (char& c : noise) c = static_cast<char>(rng());
+  const std::string garbage = dir.write("garbage.cif", noise);
+  EXPECT_NE(error_of(garbage).find("garbage.cif"), std::string::npos);
+
+  // A gzip stream cut in the middle cannot be inflated.
+  std::ifstream gz(kData + "/1ubq.cif.gz", std::ios::binary);
+  const std::string gz_bytes((std::istreambuf_iterator<char>(gz)), std::istreambuf_iterator<char>());
+  const std::string cut_gz = dir.write("cut.cif.gz", gz_bytes.substr(0, gz_bytes.size() / 2));
+  EXPECT_NE(error_of(cut_gz).find("cut.cif.gz"), std::string::npos);
+
+  // A plain mmCIF cut inside the atom_site loop: the parser reports the broken row.
+  const std::string truncated = dir.write("truncated.cif", real.substr(0, real.size() * 6 / 10 + 17));
+  const std::string msg = error_of(truncated);
+  EXPECT_NE(msg.find("truncated.cif"), std::string::npos) << "parsed a truncated file silently";
+
+  const std::string ions = kFixtures + "/ions.pdb";
+  EXPECT_NE(error_of(ions).find("no protein chain"), std::string::npos) << error_of(ions);
+}
+
+TEST(Dataset, BadFilesAreSkippedAndTheRunContinues) {
+  TempDir dir;
+  fs::copy_file(kData + "/1ubi.pdb.gz", dir.str() + "/1ubi.pdb.gz");
+  fs::copy_file(kFixtures + "/ions.pdb", dir.str() + "/ions.pdb");
+  dir.write("empty.pdb", "");
+  dir.write("notes.txt", "not a structure file, ignored");
+  const Dataset ds = load_dataset(dir.str(), /*quiet=*/true);
+  EXPECT_EQ(ds.train.size() + ds.validation.size(), 1u);
+  ASSERT_EQ(ds.skipped.size(), 2u);
+  EXPECT_NE(ds.skipped[0].find("empty.pdb"), std::string::npos);
+  EXPECT_NE(ds.skipped[1].find("ions.pdb"), std::string::npos);
+}
+
+TEST(Dataset, EmptyDirectoryIsAClearError) {
+  TempDir dir;
+  try {
+    load_dataset(dir.str(), true);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no usable training structure"), std::string::npos);
+  }
+}
+
+TEST(Dataset, SplitMatchesTheDocumentedTable) {
+  std::ifstream in(MEGAFOLD_TEST_SOURCE_DIR "/data/split.tsv");
+  std::string line;
+  std::getline(in, line);  // header
+  int n = 0, val = 0;
+  while (std::getline(in, line)) {
+    const auto tab = line.find('\t');
+    const std::string entry = line.substr(0, tab), split = line.substr(tab + 1);
+    EXPECT_EQ(is_validation_entry(entry), split == "validation") << entry;
+    ++n;
+    val += split == "validation";
+  }
+  EXPECT_GE(n, 60);
+  EXPECT_GE(val, 5);
+}
+
+TEST(Dataset, SampleStreamIsAPermutationPerEpochAndSeedDependent) {
+  Dataset ds;
+  for (int i = 0; i < 7; ++i) {
+    Entry e;
+    e.name = "e" + std::to_string(i);
+    ds.train.push_back(e);
+  }
+  std::set<std::string> epoch0, epoch1;
+  for (uint64_t g = 0; g < 7; ++g) epoch0.insert(ds.sample(1, g).name);
+  for (uint64_t g = 7; g < 14; ++g) epoch1.insert(ds.sample(1, g).name);
+  EXPECT_EQ(epoch0.size(), 7u);
+  EXPECT_EQ(epoch1.size(), 7u);
+  int same = 0;
+  for (uint64_t g = 0; g < 7; ++g) same += ds.sample(1, g).name == ds.sample(2, g).name;
+  EXPECT_LT(same, 7);
+}
+
+Entry synthetic_entry(const std::vector<int>& chain_lengths) {
+  Entry e;
+  for (size_t c = 0; c < chain_lengths.size(); ++c) {
+    for (int i = 0; i < chain_lengths[c]; ++i) {
+      e.restype.push_back(0);
+      e.residue_index.push_back(i + 1);
+      e.asym_id.push_back(static_cast<int>(c));
+    }
+    e.chain_ids.push_back(std::string(1, static_cast<char>('A' + c)));
+  }
+  return e;
+}
+
+TEST(Crop, ContiguousCropRespectsBudgetChainsAndSeed) {
+  const Entry e = synthetic_entry({50, 7, 120, 1});
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const auto crop = contiguous_crop(e, 64, seed);
+    ASSERT_EQ(crop.size(), 64u) << "total length exceeds the crop, so the budget is filled";
+    EXPECT_TRUE(std::is_sorted(crop.begin(), crop.end()));
+    // Within each chain the kept tokens are one contiguous span.
+    for (size_t i = 1; i < crop.size(); ++i)
+      if (e.asym_id[crop[i]] == e.asym_id[crop[i - 1]]) EXPECT_EQ(crop[i], crop[i - 1] + 1);
+    EXPECT_EQ(crop, contiguous_crop(e, 64, seed));
+  }
+  EXPECT_NE(contiguous_crop(e, 64, 1), contiguous_crop(e, 64, 2));
+  EXPECT_EQ(contiguous_crop(e, 500, 3).size(), 178u);
+}
+
+TEST(Features, BatchPadsAndMasks) {
+  const Entry e = load_entry(kData + "/1ubi.pdb.gz");
+  const Batch b = make_batch({&e, &e}, {contiguous_crop(e, 40, 1), {}}, 96);
+  EXPECT_EQ(b.restype.sizes(), (std::vector<int64_t>{2, 96}));
+  EXPECT_EQ(b.token_mask[0].sum().item<float>(), 40.f);
+  EXPECT_EQ(b.token_mask[1].sum().item<float>(), 76.f);
+  EXPECT_EQ(b.restype[1][80].item<int64_t>(), kGapToken);
+  // Glycine's representative atom is CA, others CB.
+  for (int i = 0; i < 76; ++i) {
+    const int t = b.restype[1][i].item<int64_t>();
+    const int slot = representative_atom_slot(t);
+    EXPECT_TRUE(at::equal(b.rep_coords[1][i], b.atom_coords[1][i][slot]));
+  }
+}
+
+}  // namespace
+}  // namespace megafold::data

@@ -1,0 +1,133 @@
+// Model: shapes, masking, dropout determinism, activation checkpointing, distogram.
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include <numeric>
+
+#include "data/features.h"
+#include "data/structure.h"
+#include "model/heads.h"
+#include "model/model.h"
+#include "testing.h"
+
+namespace megafold::model {
+namespace {
+using namespace megafold::testing;
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.c_s = 16;
+  c.c_z = 8;
+  c.n_blocks = 2;
+  c.tri_attn_heads = 2;
+  c.tri_attn_head_dim = 4;
+  c.tri_mul_hidden = 8;
+  c.single_attn_heads = 2;
+  c.single_attn_head_dim = 4;
+  c.dropout = 0.25;
+  return c;
+}
+
+// Zero-initialised output projections make fresh blocks the identity; randomise every
+// parameter so the tests see the whole computation.
+void randomise(torch::nn::Module& m) {
+  torch::NoGradGuard g;
+  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * 0.3);
+}
+
+data::Batch batch_of(const data::Entry& e, int n_real, int pad_to) {
+  std::vector<int32_t> sel(n_real);
+  std::iota(sel.begin(), sel.end(), 0);
+  return data::make_batch({&e}, {sel}, pad_to);
+}
+
+data::Entry ubiquitin() { return data::load_entry(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb/1ubi.pdb.gz"); }
+
+TEST(Model, OutputShapesAndSymmetricDistogram) {
+  fresh_seed();
+  MegaFold m(tiny_config());
+  randomise(*m);
+  const data::Entry e = ubiquitin();
+  const data::Batch b = batch_of(e, 37, 37);
+  m->eval();
+  const TrunkOutput out = m->forward(b, 0);
+  EXPECT_EQ(out.s.sizes(), (std::vector<int64_t>{1, 37, 16}));
+  EXPECT_EQ(out.z.sizes(), (std::vector<int64_t>{1, 37, 37, 8}));
+  EXPECT_EQ(out.distogram_logits.sizes(), (std::vector<int64_t>{1, 37, 37, 64}));
+  EXPECT_TRUE(at::allclose(out.distogram_logits, out.distogram_logits.transpose(1, 2)));
+}
+
+TEST(Model, PaddingDoesNotChangeRealTokens) {
+  fresh_seed();
+  MegaFold m(tiny_config());
+  randomise(*m);
+  m->eval();
+  const data::Entry e = ubiquitin();
+  const TrunkOutput plain = m->forward(batch_of(e, 31, 31), 0);
+  const TrunkOutput padded = m->forward(batch_of(e, 31, 45), 0);
+  EXPECT_LT(rel_error(padded.s.narrow(1, 0, 31), plain.s), 1e-5);
+  EXPECT_LT(rel_error(padded.z.narrow(1, 0, 31).narrow(2, 0, 31), plain.z), 1e-5);
+}
+
+TEST(Model, DropoutIsAPureFunctionOfTheSeed) {
+  fresh_seed();
+  MegaFold m(tiny_config());
+  randomise(*m);
+  const data::Batch b = batch_of(ubiquitin(), 20, 20);
+  const at::Tensor a = m->forward(b, 11).z, a2 = m->forward(b, 11).z, c = m->forward(b, 12).z;
+  EXPECT_TRUE(at::equal(a, a2));
+  EXPECT_FALSE(at::equal(a, c));
+}
+
+TEST(Model, CheckpointedBlocksGiveTheSameLossAndGradients) {
+  fresh_seed();
+  ModelConfig cfg = tiny_config();
+  MegaFold plain(cfg);
+  randomise(*plain);
+  cfg.checkpoint_blocks = true;
+  MegaFold ckpt(cfg);
+  {
+    torch::NoGradGuard g;
+    auto src = plain->parameters(), dst = ckpt->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  const data::Batch b = batch_of(ubiquitin(), 24, 28);
+  const at::Tensor l1 = plain->loss(b, plain->forward(b, 5)).total;
+  const at::Tensor l2 = ckpt->loss(b, ckpt->forward(b, 5)).total;
+  EXPECT_EQ(l1.item<float>(), l2.item<float>());
+  l1.backward();
+  l2.backward();
+  auto p1 = plain->parameters(), p2 = ckpt->parameters();
+  // The last block's single-track parameters do not reach the distogram loss: undefined or
+  // zero gradients are equivalent there.
+  auto grad = [](const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); };
+  int reached = 0;
+  for (size_t i = 0; i < p1.size(); ++i) {
+    EXPECT_LT(rel_error(grad(p2[i]), grad(p1[i])), 1e-6) << "parameter " << i;
+    reached += grad(p1[i]).abs().sum().item<double>() > 0;
+  }
+  EXPECT_GT(reached, static_cast<int>(p1.size()) / 2);
+}
+
+TEST(Distogram, BinsMatchHandComputedDistances) {
+  // Boundaries: 63 evenly spaced values from 2 to 22 A (step 20/62).
+  const at::Tensor x = at::tensor({0.0f, 1.0f, 2.1f, 30.0f, 12.0f});
+  const at::Tensor coords = at::stack({x, at::zeros_like(x), at::zeros_like(x)}, -1).unsqueeze(0);
+  const at::Tensor bins = distogram_bins(coords, 64, 2.0, 22.0);
+  EXPECT_EQ(bins[0][0][0].item<int64_t>(), 0);   // 0 A
+  EXPECT_EQ(bins[0][0][1].item<int64_t>(), 0);   // 1 A
+  EXPECT_EQ(bins[0][0][2].item<int64_t>(), 1);   // 2.1 A: past the first boundary only
+  EXPECT_EQ(bins[0][0][3].item<int64_t>(), 63);  // 30 A: last bin
+  EXPECT_EQ(bins[0][0][4].item<int64_t>(), 31);  // 12 A: (12-2)/(20/62) = 31.0 -> not past #32
+}
+
+TEST(Distogram, LossIsUniformEntropyForZeroLogitsAndIgnoresMaskedPairs) {
+  const at::Tensor coords = at::randn({1, 6, 3}) * 10;
+  const at::Tensor mask = at::tensor({1.f, 1.f, 1.f, 0.f, 1.f, 0.f}).view({1, 6});
+  const DistogramMetrics m = distogram_loss(at::zeros({1, 6, 6, 64}), coords, mask, 2.0, 22.0);
+  EXPECT_NEAR(m.loss.item<double>(), std::log(64.0), 1e-5);
+  EXPECT_EQ(m.pairs.item<double>(), 16.0);
+}
+
+}  // namespace
+}  // namespace megafold::model

@@ -1,0 +1,70 @@
+#include "testing.h"
+
+#include <torch/autograd.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+
+namespace megafold::testing {
+
+uint64_t fresh_seed() {
+  const uint64_t seed = static_cast<uint64_t>(
+      std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  at::manual_seed(seed);
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  std::printf("[ seed     ] %llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+double rel_error(const at::Tensor& a, const at::Tensor& b) {
+  const double denom = b.abs().max().item<double>();
+  const double err = (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+  return denom > 0 ? err / denom : err;
+}
+
+void expect_gradients_match_finite_differences(
+    const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
+    std::vector<at::Tensor> inputs, double eps) {
+  for (auto& x : inputs) ASSERT_EQ(x.scalar_type(), at::kDouble);
+  const at::Tensor out = f(inputs);
+  const at::Tensor w = at::randn_like(out);
+  const at::Tensor loss = (out * w).sum();
+  std::vector<at::Tensor> wrt;
+  for (auto& x : inputs)
+    if (x.requires_grad()) wrt.push_back(x);
+  const auto grads = torch::autograd::grad({loss}, wrt, {}, false, false, true);
+  size_t gi = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    const at::Tensor analytic = grads[gi++];
+    at::Tensor numeric = at::zeros_like(inputs[i]);
+    c10::NoGradGuard no_grad;
+    at::Tensor flat = inputs[i].view({-1});
+    at::Tensor nflat = numeric.view({-1});
+    for (int64_t k = 0; k < flat.numel(); ++k) {
+      const double orig = flat[k].item<double>();
+      flat[k] = orig + eps;
+      const double up = (f(inputs) * w).sum().item<double>();
+      flat[k] = orig - eps;
+      const double down = (f(inputs) * w).sum().item<double>();
+      flat[k] = orig;
+      nflat[k] = (up - down) / (2 * eps);
+    }
+    ASSERT_TRUE(analytic.defined()) << "input " << i << " got no gradient";
+    // Central differences: truncation O(eps^2) and round-off O(1e-16 / eps) ~ 1e-10.
+    const double scale = std::max(1.0, numeric.abs().max().item<double>());
+    const double err = (analytic - numeric).abs().max().item<double>();
+    EXPECT_LT(err, 1e-6 * scale) << "gradient of input " << i << " differs from finite differences";
+  }
+}
+
+void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& naive,
+                                     const at::Tensor& ref64, double atol, const char* what) {
+  ASSERT_FALSE(at::isnan(out).any().item<bool>()) << what << ": NaN in output";
+  const double err = (out.to(at::kDouble) - ref64).abs().max().item<double>();
+  const double naive_err = (naive.to(at::kDouble) - ref64).abs().max().item<double>();
+  EXPECT_LE(err, 2.0 * naive_err + atol)
+      << what << ": error " << err << " vs naive low-precision error " << naive_err;
+}
+
+}  // namespace megafold::testing

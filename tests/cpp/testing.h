@@ -1,0 +1,30 @@
+#pragma once
+// Test helpers: fresh random inputs, a float64 finite-difference gradient check, and the
+// derived-tolerance comparison of DESIGN.md (a low-precision result may be at most ~2x as far
+// from the float64 reference as the naive computation in that precision, plus a tiny atol).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <vector>
+
+namespace megafold::testing {
+
+// A seed that differs per run (printed on failure) so inputs are fresh but reproducible.
+uint64_t fresh_seed();
+
+// Max-abs error of a relative to b, over max-abs of b (0 when b is all zeros).
+double rel_error(const at::Tensor& a, const at::Tensor& b);
+
+// Checks the autograd gradient of sum(f(inputs) * w) for a random w against central finite
+// differences, for every input that requires grad. Inputs must be float64.
+void expect_gradients_match_finite_differences(
+    const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
+    std::vector<at::Tensor> inputs, double eps = 1e-6);
+
+// ||out - ref64|| <= 2 * ||naive - ref64|| + atol, elementwise max norm.
+void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& naive,
+                                     const at::Tensor& ref64, double atol, const char* what);
+
+}  // namespace megafold::testing

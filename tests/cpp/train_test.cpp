@@ -1,0 +1,111 @@
+// Trainer pieces: schedule, config resolution and errors, atomic checkpoints.
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace megafold::train {
+namespace {
+namespace fs = std::filesystem;
+
+std::string error_of(const std::string& json) {
+  try {
+    parse_config(json, "test.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Schedule, WarmupThenStepDecay) {
+  OptimConfig o;
+  o.lr = 1.0;
+  o.warmup_steps = 4;
+  o.decay_every = 10;
+  o.decay_factor = 0.5;
+  EXPECT_DOUBLE_EQ(learning_rate(o, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 3), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 4), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 13), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 14), 0.5);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 34), 0.125);
+}
+
+TEST(Config, BuiltinsParseAndFullSizeIsAf3) {
+  for (const auto& name : builtin_config_names()) EXPECT_NO_THROW(load_config(name)) << name;
+  const TrainConfig full = load_config("af3-full");
+  EXPECT_EQ(full.model.n_blocks, 48);
+  EXPECT_EQ(full.model.c_s, 384);
+  EXPECT_EQ(full.model.c_z, 128);
+  EXPECT_EQ(full.model.tri_attn_heads * full.model.tri_attn_head_dim, 128);
+  EXPECT_EQ(full.model.single_attn_heads, 16);
+  EXPECT_TRUE(full.model.checkpoint_blocks);
+}
+
+TEST(Config, BaseInheritanceAndRoundTrip) {
+  const TrainConfig c = parse_config(R"({"base": "gpu-small", "steps": 7, "model": {"n_blocks": 2}})", "t");
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.model.n_blocks, 2);
+  EXPECT_EQ(c.model.c_z, 128);
+  EXPECT_EQ(to_json(parse_config(to_json(c), "again")), to_json(c));
+}
+
+TEST(Config, ErrorsNameTheFileAndKey) {
+  EXPECT_NE(error_of(R"({"stpes": 3})").find("test.json: unknown key 'stpes'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"c_z": "wide"}})").find("'c_z' has the wrong type"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"n_blocks": 0}})").find("'model.n_blocks' must be > 0"), std::string::npos);
+  EXPECT_NE(error_of("{not json").find("test.json: invalid JSON"), std::string::npos);
+  EXPECT_NE(error_of(R"({"base": "nope"})").find("unknown base config 'nope'"), std::string::npos);
+}
+
+TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("megafold_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  model::ModelConfig mc;
+  mc.c_s = 8, mc.c_z = 4, mc.n_blocks = 1, mc.tri_attn_heads = 1, mc.tri_attn_head_dim = 2,
+  mc.tri_mul_hidden = 2, mc.single_attn_heads = 1, mc.single_attn_head_dim = 2;
+  model::MegaFold m(mc);
+  auto params = m->parameters();
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3));
+  for (auto& p : params) p.mutable_grad() = torch::ones_like(p);
+  opt.step();  // non-trivial optimiser state
+  std::vector<at::Tensor> ema;
+  for (auto& p : params) ema.push_back(p.detach().clone() + 1);
+  for (int64_t step : {10, 20, 30, 40}) save_checkpoint(dir.string(), {step, 99, "{}"}, *m, ema, opt, 2);
+  std::ofstream(dir / "step_00000050.pt.tmp") << "torn";  // a write killed half-way
+  ASSERT_EQ(latest_checkpoint(dir.string()).value(), (dir / "step_00000040.pt").string());
+  EXPECT_FALSE(fs::exists(dir / "step_00000020.pt"));
+  EXPECT_TRUE(fs::exists(dir / "step_00000030.pt"));
+
+  model::MegaFold m2(mc);
+  auto params2 = m2->parameters();
+  torch::optim::AdamW opt2(params2, torch::optim::AdamWOptions(1e-3));
+  std::vector<at::Tensor> ema2;
+  for (auto& p : params2) ema2.push_back(torch::zeros_like(p));
+  const CheckpointMeta meta = load_checkpoint(*latest_checkpoint(dir.string()), *m2, ema2, opt2);
+  EXPECT_EQ(meta.step, 40);
+  EXPECT_EQ(meta.seed, 99u);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(at::equal(params[i], params2[i]));
+    EXPECT_TRUE(at::equal(ema[i], ema2[i]));
+  }
+  std::ofstream(dir / "step_00000060.pt") << "garbage";
+  try {
+    load_checkpoint((dir / "step_00000060.pt").string(), *m2, ema2, opt2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step_00000060.pt: cannot load checkpoint"), std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace megafold::train
