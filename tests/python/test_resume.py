@@ -12,7 +12,7 @@ CONFIG = {
               "tri_mul_hidden": 8, "single_attn_heads": 2, "single_attn_head_dim": 8},
     "data": {"crop_size": 24, "val_crop_size": 24},
     "optim": {"warmup_steps": 3},
-    "steps": 60, "log_every": 1, "val_every": 0, "checkpoint_every": 10, "threads": 1,
+    "device": "cpu", "steps": 60, "log_every": 1, "val_every": 0, "checkpoint_every": 10, "threads": 1,
 }
 
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Everything the GPU host does in one call: build (CUDA, sm_90a) with the staged offline
+# dependencies, run the test suite, and the training-step benchmark. Logs go to $OUT.
+# Run `scripts/stage_offline_deps.sh` here first and carry .deps.
+set -uo pipefail
+OUT="${OUT:-/tmp/megafold-out}"
+mkdir -p "$OUT"
+export MEGAFOLD_DEPS_PREFIX="$PWD/.deps" MEGAFOLD_BUILD_DIR="$PWD/build-gpu" MEGAFOLD_CUDA=ON
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+bash scripts/build.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+build-gpu/megafold info > "$OUT/info.txt" 2>&1
+ctest --test-dir build-gpu -j 8 --output-on-failure > "$OUT/ctest.log" 2>&1
+echo "ctest rc=$?"; tail -4 "$OUT/ctest.log"
+python3 bench/train_step.py --bin build-gpu/megafold --out "$OUT/train_step.json" "$@" 2>&1 | tee "$OUT/train_step.log" | grep -v "^step "
