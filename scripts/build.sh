@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Setup (idempotent), then configure and build into ./build with ccache.
+# Arguments name the targets to build (default: all, tests included).
 # CUDA is used when nvcc and a CUDA-enabled torch are both found (MEGAFOLD_CUDA=OFF forces CPU).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -7,6 +8,8 @@ bash "$root/scripts/setup.sh"
 CACHE="${MEGAFOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/megafold}"
 py="$(cat "$CACHE/python")"
 export CCACHE_DIR="${CCACHE_DIR:-$CACHE/ccache}"
+# Paths relative to the clone, so every clone (and CI's) hits the same cache entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 build="${MEGAFOLD_BUILD_DIR:-$root/build}"
 jobs="${MEGAFOLD_JOBS:-$(nproc)}"
 cmake -S "$root" -B "$build" -G Ninja \
@@ -14,4 +17,6 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DMEGAFOLD_PYTHON="$py" \
   -DMEGAFOLD_CUDA="${MEGAFOLD_CUDA:-AUTO}" \
   ${MEGAFOLD_DEPS_PREFIX:+-DMEGAFOLD_DEPS_PREFIX="$MEGAFOLD_DEPS_PREFIX"} >/dev/null
-cmake --build "$build" -j "$jobs"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build "$build" -j "$jobs" "${targets[@]}"

@@ -12,6 +12,7 @@ mkdir -p "$dst/include" "$dst/lib/$multiarch/cmake"
 cp -r /usr/include/gemmi /usr/include/tao /usr/include/nlohmann /usr/include/gtest /usr/include/gmock \
       /usr/include/zlib.h /usr/include/zconf.h "$dst/include/"
 # Same layout as /usr, so GTest's relocatable CMake package resolves inside .deps.
-cp /usr/lib/$multiarch/libgtest.a /usr/lib/$multiarch/libgtest_main.a "$dst/lib/$multiarch/"
+cp /usr/lib/$multiarch/libgtest.a /usr/lib/$multiarch/libgtest_main.a /usr/lib/$multiarch/libgmock.a \
+   /usr/lib/$multiarch/libgmock_main.a "$dst/lib/$multiarch/"
 cp -r /usr/lib/$multiarch/cmake/GTest "$dst/lib/$multiarch/cmake/"
 du -sh "$dst"

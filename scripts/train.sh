@@ -4,7 +4,7 @@
 # Extra arguments go to `megafold train` (e.g. --steps 50, --config configs/af3-full.json).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bash "$root/scripts/build.sh"
+bash "$root/scripts/build.sh" megafold
 build="${MEGAFOLD_BUILD_DIR:-$root/build}"
 cd "$root"
 exec "$build/megafold" train --data data/pdb --out "${MEGAFOLD_RUN_DIR:-runs/default}" "$@"
