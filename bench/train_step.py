@@ -5,7 +5,9 @@ step time (steps after the first three) and peak memory, as bench/results/train_
 usage: bench/train_step.py --bin build/megafold --out bench/results/train_step.json \
            gpu-small:100 af3-full:12 [--merge]
 Each CONFIG:STEPS trains the built-in config for STEPS steps on data/pdb (logging every step,
-validation only at the end). --merge keeps rows of other devices already in --out.
+validation only at the end). --merge keeps rows of other devices already in --out; every row
+carries the device, commit and date of its own run, and the top level names the GPU of the GPU
+rows (or the CPU when there are none).
 """
 import argparse
 import datetime
@@ -74,6 +76,8 @@ def run(binary, config, steps, workdir):
         "loss_first": train[0]["loss"],
         "loss_last": train[-1]["loss"],
         "device": device_name(),
+        "commit": commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 
@@ -94,7 +98,8 @@ def main():
     if args.merge and out.exists():
         old = json.loads(out.read_text())
         rows = [r for r in old["rows"] if r["device"] != device_name()] + rows
-    result = {"gpu": device_name(), "commit": commit(),
+    gpus = [r["device"] for r in rows if not r["device"].startswith("CPU")]
+    result = {"gpu": gpus[0] if gpus else device_name(), "commit": commit(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "rows": rows}
     out.write_text(json.dumps(result, indent=2) + "\n")

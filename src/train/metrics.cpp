@@ -83,7 +83,8 @@ void Progress::update(int64_t step, double loss, double lr, double steps_per_s, 
 }
 
 void Progress::message(const std::string& line) {
-  if (tty_ && bar_drawn_) std::printf("\r\033[K");
+  if (tty_ && bar_drawn_) std::printf("\r\033[K");  // the next update redraws the bar
+  bar_drawn_ = false;
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
