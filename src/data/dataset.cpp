@@ -33,9 +33,14 @@ Dataset load_dataset(const std::string& dir, bool quiet) {
   MF_CHECK(std::filesystem::is_directory(dir), "data directory '", dir,
            "' does not exist; pass --data DIR with mmCIF/PDB files (e.g. data/pdb)");
   std::vector<std::string> paths;
-  for (const auto& it : std::filesystem::recursive_directory_iterator(dir))
-    if (it.is_regular_file() && is_structure_file(it.path().string()))
-      paths.push_back(it.path().string());
+  try {
+    for (const auto& it : std::filesystem::recursive_directory_iterator(
+             dir, std::filesystem::directory_options::skip_permission_denied))
+      if (it.is_regular_file() && is_structure_file(it.path().string()))
+        paths.push_back(it.path().string());
+  } catch (const std::filesystem::filesystem_error& ex) {
+    throw Error("cannot list data directory '" + dir + "': " + ex.what());
+  }
   std::sort(paths.begin(), paths.end());
 
   Dataset ds;

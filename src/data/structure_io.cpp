@@ -80,8 +80,11 @@ std::string Entry::sequence(int asym) const {
 }
 
 Entry load_entry(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path)) reject(path, "not a readable file");
-  if (std::filesystem::file_size(path) == 0) reject(path, "empty file");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) reject(path, "not a readable file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) reject(path, "cannot read: " + ec.message());
+  if (size == 0) reject(path, "empty file");
   gemmi::Structure st;
   try {
     st = gemmi::read_structure(gemmi::MaybeGzipped(path));

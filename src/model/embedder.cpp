@@ -29,9 +29,11 @@ at::Tensor RelativePositionEncodingImpl::forward(const data::Batch& batch) {
   const at::Tensor token_index = torch::zeros_like(batch.residue_index);
   const at::Tensor d_token = torch::where(
       same_residue, torch::clamp(pairwise(token_index) + r, 0, 2 * r), 2 * r + 1);
+  // Copy offsets only mean something between copies of one entity: like AF3's released code
+  // (the SI text conditions on the chain), pairs across entities get the extra bin.
   const at::Tensor d_chain = torch::where(
-      same_chain, torch::full_like(same_chain, 2 * sm + 1, torch::kLong),
-      torch::clamp(pairwise(batch.sym_id) + sm, 0, 2 * sm));
+      same_entity, torch::clamp(pairwise(batch.sym_id) + sm, 0, 2 * sm),
+      torch::full_like(same_entity, 2 * sm + 1, torch::kLong));
   const at::Tensor feats = torch::cat(
       {F::one_hot(d_residue, 2 * r + 2), F::one_hot(d_token, 2 * r + 2),
        same_entity.unsqueeze(-1).to(torch::kLong), F::one_hot(d_chain, 2 * sm + 2)},
@@ -54,6 +56,10 @@ Embedding InputEmbedderImpl::forward(const data::Batch& batch) {
   e.s = torch::linear(e.s_inputs, w_s_);
   e.z = torch::linear(e.s_inputs, w_z_i_).unsqueeze(2) +
         torch::linear(e.s_inputs, w_z_j_).unsqueeze(1) + relpos_->forward(batch);
+  // The residual streams stay fp32 under autocast; only the layers compute in bf16, so small
+  // updates are not rounded away over 48 blocks.
+  e.s = e.s.to(torch::kFloat);
+  e.z = e.z.to(torch::kFloat);
   return e;
 }
 

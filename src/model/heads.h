@@ -17,13 +17,15 @@ class DistogramHeadImpl : public torch::nn::Module {
 TORCH_MODULE(DistogramHead);
 
 struct DistogramMetrics {
-  at::Tensor loss;      // scalar, mean cross-entropy over valid pairs (differentiable)
-  at::Tensor accuracy;  // scalar, fraction of valid pairs whose argmax bin is the true bin
+  at::Tensor loss;      // scalar: cross-entropy averaged over the valid pairs of each example,
+                        // then over examples (differentiable)
+  at::Tensor accuracy;  // scalar: fraction of valid pairs whose argmax bin is the true bin,
+                        // averaged the same way
   at::Tensor pairs;     // scalar, number of valid pairs
 };
 
-// Bin of each pairwise distance: number of the (bins - 1) evenly spaced boundaries in
-// [min, max] that the distance exceeds. coords [B, N, 3] -> [B, N, N] int64.
+// Bin of each pairwise distance among `bins` equal bins over [min, max] (first and last
+// open-ended). coords [B, N, 3] -> [B, N, N] int64.
 at::Tensor distogram_bins(const at::Tensor& coords, int64_t bins, double min, double max);
 
 // Pairs count when both representative atoms were resolved (mask [B, N]).

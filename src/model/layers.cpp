@@ -15,9 +15,12 @@ at::Tensor zeros(int64_t n) { return torch::zeros({n}); }
 }  // namespace
 
 at::Tensor lecun_normal(int64_t out, int64_t in) {
-  // LeCun normal truncated at two standard deviations (by clamping).
-  const double std = 1.0 / std::sqrt(static_cast<double>(in));
-  return torch::randn({out, in}).mul_(std).clamp_(-2.0 * std, 2.0 * std);
+  // LeCun normal truncated at two standard deviations by resampling, with the std divided by
+  // 0.87962566 (the std of a unit normal truncated at +-2) so the variance is 1/fan_in (AF2).
+  at::Tensor w = torch::randn({out, in});
+  for (at::Tensor bad = w.abs() > 2.0; bad.any().item<bool>(); bad = w.abs() > 2.0)
+    w = torch::where(bad, torch::randn_like(w), w);
+  return w.mul_(1.0 / (0.87962566103423978 * std::sqrt(static_cast<double>(in))));
 }
 
 TransitionImpl::TransitionImpl(int64_t c, int64_t n) {

@@ -1,34 +1,14 @@
 #include "model/recompute.h"
 
-#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
+
+#include "model/autocast.h"
 
 namespace megafold::model {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Restores one device type's autocast state for a scope.
-class AutocastScope {
- public:
-  AutocastScope(at::DeviceType device, bool enabled, at::ScalarType dtype)
-      : device_(device),
-        prev_enabled_(at::autocast::is_autocast_enabled(device)),
-        prev_dtype_(at::autocast::get_autocast_dtype(device)) {
-    at::autocast::set_autocast_enabled(device_, enabled);
-    at::autocast::set_autocast_dtype(device_, dtype);
-  }
-  ~AutocastScope() {
-    at::autocast::set_autocast_enabled(device_, prev_enabled_);
-    at::autocast::set_autocast_dtype(device_, prev_dtype_);
-  }
-
- private:
-  at::DeviceType device_;
-  bool prev_enabled_;
-  at::ScalarType prev_dtype_;
-};
 
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   // Inputs after ctx: block (not a tensor), s, z, token_mask, pair_mask, seed (not a tensor).
@@ -44,6 +24,9 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(dev);
     ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(dev);
     ctx->save_for_backward({s, z, token_mask, pair_mask});
+    // Outputs that do not reach the loss (the last block's single track) then arrive as
+    // undefined gradients, and their recomputed graph is not differentiated.
+    ctx->set_materialize_grads(false);
     const PairformerState out =
         block->forward({s, z}, token_mask, pair_mask, static_cast<uint64_t>(seed));
     return {out.s, out.z};

@@ -76,6 +76,37 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return all.back().second;
 }
 
+namespace {
+
+CheckpointMeta read_meta(torch::serialize::InputArchive& archive) {
+  CheckpointMeta meta;
+  c10::IValue v;
+  archive.read("step", v);
+  meta.step = v.toInt();
+  archive.read("seed", v);
+  meta.seed = static_cast<uint64_t>(v.toInt());
+  archive.read("config_json", v);
+  meta.config_json = v.toStringRef();
+  return meta;
+}
+
+[[noreturn]] void corrupt(const std::string& path, const std::exception& ex) {
+  throw Error(path + ": cannot load checkpoint (corrupt, or written for another model config): " +
+              ex.what());
+}
+
+}  // namespace
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    return read_meta(archive);
+  } catch (const std::exception& ex) {
+    corrupt(path, ex);
+  }
+}
+
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
                                std::vector<at::Tensor>& ema, torch::optim::Optimizer& optimizer) {
   CheckpointMeta meta;
@@ -94,16 +125,9 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
     }
     archive.read("optimizer", optim_archive);
     optimizer.load(optim_archive);
-    c10::IValue v;
-    archive.read("step", v);
-    meta.step = v.toInt();
-    archive.read("seed", v);
-    meta.seed = static_cast<uint64_t>(v.toInt());
-    archive.read("config_json", v);
-    meta.config_json = v.toStringRef();
+    meta = read_meta(archive);
   } catch (const std::exception& ex) {
-    throw Error(path + ": cannot load checkpoint (corrupt, or written for another model "
-                "config): " + ex.what());
+    corrupt(path, ex);
   }
   return meta;
 }

@@ -30,6 +30,9 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
 // Path of the newest checkpoint in dir, if any (leftover temporary files are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
+// Reads only the step, seed and config of a checkpoint (to check a resume before loading).
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
 // Loads a checkpoint into model, ema and optimizer (already constructed with the same
 // config). Throws megafold::Error naming the file on a corrupt or mismatched checkpoint.
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,

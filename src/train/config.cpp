@@ -28,6 +28,7 @@ void read(const json& j, const char* key, T& out, const std::string& where) {
 }
 
 void reject_unknown(const json& j, std::initializer_list<const char*> known, const std::string& where) {
+  if (!j.is_object()) throw Error(where + ": must be a JSON object, got " + j.dump());
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool ok = false;
     for (const char* k : known) ok = ok || it.key() == k;
@@ -131,9 +132,29 @@ void validate(const TrainConfig& c, const std::string& origin) {
   positive(c.log_every, "log_every");
   positive(c.checkpoint_every, "checkpoint_every");
   positive(c.keep_checkpoints, "keep_checkpoints");
-  if (c.model.dropout < 0 || c.model.dropout >= 1)
-    throw Error(origin + ": 'model.dropout' must be in [0, 1)");
+  auto non_negative = [&](int64_t v, const char* key) {
+    if (v < 0) throw Error(origin + ": '" + key + "' must be >= 0, got " + std::to_string(v));
+  };
+  non_negative(c.model.relpos_r_max, "model.relpos_r_max");
+  non_negative(c.model.relpos_s_max, "model.relpos_s_max");
+  non_negative(c.data.val_crop_size, "data.val_crop_size");
+  non_negative(c.optim.warmup_steps, "optim.warmup_steps");
+  non_negative(c.optim.decay_every, "optim.decay_every");
+  non_negative(c.val_every, "val_every");
+  non_negative(c.threads, "threads");
+  auto in_range = [&](double v, double lo, double hi, const char* key, const char* range) {
+    if (!(v >= lo && v <= hi)) throw Error(origin + ": '" + key + "' must be in " + range + ", got " + std::to_string(v));
+  };
+  in_range(c.model.dropout, 0.0, 0.999999, "model.dropout", "[0, 1)");
+  in_range(c.optim.ema_decay, 0.0, 1.0, "optim.ema_decay", "[0, 1]");
+  in_range(c.optim.beta1, 0.0, 0.999999, "optim.beta1", "[0, 1)");
+  in_range(c.optim.beta2, 0.0, 0.999999, "optim.beta2", "[0, 1)");
+  in_range(c.optim.decay_factor, 0.0, 1.0, "optim.decay_factor", "[0, 1]");
+  if (!(c.optim.lr > 0)) throw Error(origin + ": 'optim.lr' must be > 0");
+  if (c.optim.clip_grad_norm < 0) throw Error(origin + ": 'optim.clip_grad_norm' must be >= 0 (0 disables)");
   if (c.model.distogram_bins < 2) throw Error(origin + ": 'model.distogram_bins' must be >= 2");
+  if (!(c.model.distogram_min < c.model.distogram_max))
+    throw Error(origin + ": 'model.distogram_min' must be below 'model.distogram_max'");
 }
 
 }  // namespace
@@ -177,6 +198,18 @@ TrainConfig load_config(const std::string& file_or_name) {
     throw Error("config '" + file_or_name + "' is neither a file nor a built-in config (" + names + ")");
   }
   return parse_config(it->second, "config '" + file_or_name + "'");
+}
+
+std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now) {
+  const json a = json::parse(to_json(saved)), b = json::parse(to_json(now));
+  std::string diff;
+  for (const char* section : {"model", "data"})
+    for (auto it = a[section].begin(); it != a[section].end(); ++it)
+      if (it.key() != "dir" && b[section][it.key()] != it.value())
+        diff += std::string(diff.empty() ? "" : ", ") + section + "." + it.key() + " " +
+                it.value().dump() + " -> " + b[section][it.key()].dump();
+  if (a["seed"] != b["seed"]) diff += std::string(diff.empty() ? "" : ", ") + "seed";
+  return diff;
 }
 
 std::string to_json(const TrainConfig& c) {

@@ -58,6 +58,11 @@ std::string default_config_name(bool cuda_available);
 // Fully resolved config as pretty JSON (saved beside metrics.jsonl).
 std::string to_json(const TrainConfig& cfg);
 
+// The settings a resumed run must share with its checkpoint (model shape, data and crops, seed:
+// they fix the parameters and the sample stream), as "key old -> new" items; "" when equal.
+// Steps, schedule and logging may change on resume, and so may the data directory's path.
+std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now);
+
 // Parses a JSON config text; `origin` names it in errors.
 TrainConfig parse_config(const std::string& json_text, const std::string& origin);
 

@@ -1,7 +1,6 @@
 #include "train/trainer.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/autocast_mode.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
@@ -20,6 +19,7 @@
 #include "core/seed.h"
 #include "data/dataset.h"
 #include "data/features.h"
+#include "model/autocast.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
@@ -56,24 +56,6 @@ class StopSignals {
   void (*prev_term_)(int);
 };
 
-// bf16 autocast for the forward pass on CUDA; a no-op elsewhere.
-class AutocastGuard {
- public:
-  explicit AutocastGuard(bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  }
-  ~AutocastGuard() {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool enabled_;
-};
-
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -107,13 +89,12 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
   Validation v;
   at::NoGradGuard no_grad;
   model->eval();
-  for (size_t i = 0; i < ds.validation.size(); ++i) {
-    const data::Entry& e = ds.validation[i];
-    // Fixed crops, independent of the run seed, so runs are comparable.
+  for (const data::Entry& e : ds.validation) {
+    // Fixed crops, independent of the run seed and of the other entries, so runs compare.
     const auto crop = data::contiguous_crop(e, static_cast<int>(cfg.data.val_crop_size),
-                                            mix_seed(kValidationSalt, i));
+                                            mix_seed(kValidationSalt, fnv1a32(e.name)));
     const data::Batch batch = data::make_batch({&e}, {crop}, 0).to(device);
-    AutocastGuard ac(autocast);
+    model::AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
     const model::TrunkOutput out = model->forward(batch, 0);
     const model::DistogramMetrics m =
         model::distogram_loss(out.distogram_logits, batch.rep_coords,
@@ -180,19 +161,19 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   Ema ema(params, cfg.optim.ema_decay);
 
   int64_t start = 0;
-  if (opts.resume) {
-    if (const auto path = latest_checkpoint(ckpt_dir.string())) {
-      const CheckpointMeta meta = load_checkpoint(*path, *model, ema.shadow(), optimizer);
-      start = meta.step;
-      if (meta.seed != cfg.seed) {
-        say("resume: using the checkpoint's seed " + std::to_string(meta.seed) +
-            " (the data order and dropout masks depend on it)");
-        cfg.seed = meta.seed;
-      }
-      say("resume: " + *path + " (step " + std::to_string(start) + ")");
-    } else {
-      say("resume: no checkpoint in " + ckpt_dir.string() + ", starting from step 0");
-    }
+  const auto existing = latest_checkpoint(ckpt_dir.string());
+  if (opts.resume && existing) {
+    const std::string diff =
+        resume_mismatch(parse_config(read_checkpoint_meta(*existing).config_json, *existing), cfg);
+    MF_CHECK(diff.empty(), "cannot resume from ", *existing, ": the run was started with other ",
+             "settings (", diff, "); resume with the original config or start a new --out");
+    start = load_checkpoint(*existing, *model, ema.shadow(), optimizer).step;
+    say("resume: " + *existing + " (step " + std::to_string(start) + ")");
+  } else if (opts.resume) {
+    say("resume: no checkpoint in " + ckpt_dir.string() + ", starting from step 0");
+  } else {
+    MF_CHECK(!existing, "--out ", out_dir.string(), " already holds checkpoints of another run (",
+             *existing, "); pass --resume to continue it or choose another --out");
   }
   write_file_atomically((out_dir / "config.json").string(), to_json(cfg));
   MetricsLog metrics((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
@@ -237,7 +218,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
 
     model::Losses loss;
     {
-      AutocastGuard ac(autocast);
+      model::AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
       const model::TrunkOutput out = model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step));
       loss = model->loss(batch, out);
     }
@@ -286,7 +267,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   }
   if (g_stop_requested && !opts.quiet) progress.message("stop requested: writing a checkpoint");
   if (step > start || g_stop_requested) checkpoint(step);
-  if (step == cfg.steps) run_validation(step);
+  if (step == cfg.steps && step > start) run_validation(step);
   progress.finish();
 
   result.steps_done = step - start;

@@ -6,6 +6,7 @@
 
 #include "data/features.h"
 #include "data/structure.h"
+#include "model/autocast.h"
 #include "model/heads.h"
 #include "model/model.h"
 #include "testing.h"
@@ -109,16 +110,57 @@ TEST(Model, CheckpointedBlocksGiveTheSameLossAndGradients) {
   EXPECT_GT(reached, static_cast<int>(p1.size()) / 2);
 }
 
+// Autocast caches bf16 copies of fp32 weights process-wide. A recomputation in backward must
+// not leave copies behind: the next forward, after the weights changed, has to use the new
+// weights (CPU autocast shares the cache mechanism with CUDA, so this runs in CI).
+TEST(Model, RecomputeUnderAutocastLeavesNoStaleWeightCopies) {
+  fresh_seed();
+  ModelConfig cfg = tiny_config();
+  cfg.checkpoint_blocks = true;
+  cfg.dropout = 0.0;
+  MegaFold m(cfg), fresh(cfg);
+  randomise(*m);
+  const data::Batch b = batch_of(ubiquitin(), 20, 24);
+  auto loss_of = [&](MegaFold& model) {
+    AutocastScope ac(at::kCPU, true, at::kBFloat16);
+    return model->loss(b, model->forward(b, 3)).total;
+  };
+  loss_of(m).backward();  // recomputes every block under autocast
+  {
+    torch::NoGradGuard g;
+    auto src = m->parameters(), dst = fresh->parameters();
+    for (size_t i = 0; i < src.size(); ++i) {
+      src[i].add_(torch::randn_like(src[i]) * 0.2);  // an optimiser step
+      dst[i].copy_(src[i]);
+    }
+  }
+  EXPECT_EQ(loss_of(m).item<float>(), loss_of(fresh).item<float>());
+}
+
 TEST(Distogram, BinsMatchHandComputedDistances) {
-  // Boundaries: 63 evenly spaced values from 2 to 22 A (step 20/62).
-  const at::Tensor x = at::tensor({0.0f, 1.0f, 2.1f, 30.0f, 12.0f});
+  // 64 equal bins over 2..22 A: edges at 2 + 0.3125 k for k = 1..63 (2.3125 .. 21.6875).
+  const at::Tensor x = at::tensor({0.0f, 2.3f, 2.4f, 30.0f, 12.1f, 21.7f});
   const at::Tensor coords = at::stack({x, at::zeros_like(x), at::zeros_like(x)}, -1).unsqueeze(0);
   const at::Tensor bins = distogram_bins(coords, 64, 2.0, 22.0);
   EXPECT_EQ(bins[0][0][0].item<int64_t>(), 0);   // 0 A
-  EXPECT_EQ(bins[0][0][1].item<int64_t>(), 0);   // 1 A
-  EXPECT_EQ(bins[0][0][2].item<int64_t>(), 1);   // 2.1 A: past the first boundary only
-  EXPECT_EQ(bins[0][0][3].item<int64_t>(), 63);  // 30 A: last bin
-  EXPECT_EQ(bins[0][0][4].item<int64_t>(), 31);  // 12 A: (12-2)/(20/62) = 31.0 -> not past #32
+  EXPECT_EQ(bins[0][0][1].item<int64_t>(), 0);   // 2.3 A: below the first edge
+  EXPECT_EQ(bins[0][0][2].item<int64_t>(), 1);   // 2.4 A
+  EXPECT_EQ(bins[0][0][3].item<int64_t>(), 63);  // 30 A: last, open-ended bin
+  EXPECT_EQ(bins[0][0][4].item<int64_t>(), 32);  // 12.1 A: past edge 32 (12.0), below 33
+  EXPECT_EQ(bins[0][0][5].item<int64_t>(), 63);  // 21.7 A: past the last edge
+  EXPECT_EQ(bins[0][2][1].item<int64_t>(), 0);   // |2.4 - 2.3| = 0.1 A
+}
+
+TEST(Distogram, LossAveragesPerExample) {
+  // Two examples with very different pair counts weigh the same.
+  const at::Tensor coords = at::randn({2, 8, 3}) * 10;
+  at::Tensor mask = at::ones({2, 8});
+  mask[1].narrow(0, 2, 6).fill_(0);  // the second example has 2 valid tokens
+  const at::Tensor logits = at::randn({2, 8, 8, 64});
+  const DistogramMetrics both = distogram_loss(logits, coords, mask, 2.0, 22.0);
+  const DistogramMetrics a = distogram_loss(logits.narrow(0, 0, 1), coords.narrow(0, 0, 1), mask.narrow(0, 0, 1), 2.0, 22.0);
+  const DistogramMetrics b = distogram_loss(logits.narrow(0, 1, 1), coords.narrow(0, 1, 1), mask.narrow(0, 1, 1), 2.0, 22.0);
+  EXPECT_NEAR(both.loss.item<double>(), (a.loss.item<double>() + b.loss.item<double>()) / 2, 1e-5);
 }
 
 TEST(Distogram, LossIsUniformEntropyForZeroLogitsAndIgnoresMaskedPairs) {

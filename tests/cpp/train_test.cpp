@@ -64,6 +64,24 @@ TEST(Config, ErrorsNameTheFileAndKey) {
   EXPECT_NE(error_of(R"({"model": {"n_blocks": 0}})").find("'model.n_blocks' must be > 0"), std::string::npos);
   EXPECT_NE(error_of("{not json").find("test.json: invalid JSON"), std::string::npos);
   EXPECT_NE(error_of(R"({"base": "nope"})").find("unknown base config 'nope'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": 3})").find("test.json [model]: must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"optim": {"ema_decay": 1.5}})").find("'optim.ema_decay' must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"distogram_min": 30}})").find("distogram_min"), std::string::npos);
+}
+
+TEST(Config, ResumeMismatchNamesChangedSettings) {
+  const TrainConfig a = load_config("cpu-tiny");
+  TrainConfig b = a;
+  b.steps = a.steps + 100;  // allowed
+  b.data.dir = "/elsewhere";
+  EXPECT_EQ(resume_mismatch(a, b), "");
+  b.model.c_z = 48;
+  b.data.crop_size = 32;
+  b.seed = 5;
+  const std::string diff = resume_mismatch(a, b);
+  EXPECT_NE(diff.find("model.c_z 32 -> 48"), std::string::npos) << diff;
+  EXPECT_NE(diff.find("data.crop_size 64 -> 32"), std::string::npos) << diff;
+  EXPECT_NE(diff.find("seed"), std::string::npos) << diff;
 }
 
 TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {

@@ -79,3 +79,26 @@ def test_bad_config_key_is_reported(megafold_bin, source_dir, tmp_path):
     _, stderr = proc.communicate()
     assert proc.returncode == 1
     assert "unknown key 'c_zz'" in stderr and "bad.json" in stderr
+
+
+def test_new_run_refuses_a_folder_with_checkpoints(megafold_bin, source_dir, tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({**CONFIG, "steps": 2}))
+    out = tmp_path / "run"
+    assert train(megafold_bin, source_dir, config, out).wait() == 0
+    proc = train(megafold_bin, source_dir, config, out, stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate()
+    assert proc.returncode == 1
+    assert "already holds checkpoints" in stderr and "--resume" in stderr
+
+
+def test_resume_with_other_model_is_refused(megafold_bin, source_dir, tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({**CONFIG, "steps": 2}))
+    out = tmp_path / "run"
+    assert train(megafold_bin, source_dir, config, out).wait() == 0
+    config.write_text(json.dumps({**CONFIG, "steps": 4, "model": {**CONFIG["model"], "c_z": 16}}))
+    proc = train(megafold_bin, source_dir, config, out, "--resume", stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate()
+    assert proc.returncode == 1
+    assert "model.c_z 8 -> 16" in stderr

@@ -41,7 +41,8 @@ at::Tensor triangle_attention_ref(const at::Tensor& q, const at::Tensor& k, cons
     logits = logits.masked_fill(key.logical_not(), -1e9);
     valid_row = at::any(mask->ne(0), -1).view({B, R, 1, 1, 1});
   }
-  const at::Tensor p = at::softmax(logits, -1, logits.scalar_type());
+  // Softmax in at least fp32 (bf16 probabilities would lose the small weights).
+  const at::Tensor p = at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat));
   at::Tensor o = at::matmul(p.to(vh.scalar_type()), vh);  // [B, R, H, N, d]
   if (valid_row.defined()) o = o * valid_row.to(o.scalar_type());
   o = o.permute({0, 1, 3, 2, 4});  // [B, R, N, H, d]
