@@ -21,13 +21,14 @@ at::Tensor attention_pair_bias_ref(const at::Tensor& s, const at::Tensor& z,
   constexpr const char* op = "attention_pair_bias";
   detail::check_shape(op, "s", s, {-1, -1, -1});
   const int64_t B = s.size(0), N = s.size(1), c_s = s.size(2), H = n_heads;
-  TORCH_CHECK(H >= 1, "megafold::attention_pair_bias: n_heads must be >= 1, got ", H);
+  if (H < 1) detail::fail(op, "n_heads must be >= 1, got " + std::to_string(H));
   detail::check_shape(op, "z", z, {B, N, N, -1});
   const int64_t c_z = z.size(3);
   detail::check_shape(op, "mask", mask, {B, N});
   detail::check_shape(op, "w_qkvg", w_qkvg, {-1, c_s});
-  TORCH_CHECK(w_qkvg.size(0) % (4 * H) == 0, "megafold::attention_pair_bias: argument 'w_qkvg' "
-              "must have 4*H*d rows, got ", w_qkvg.size(0), " for H=", H);
+  if (w_qkvg.size(0) % (4 * H) != 0)
+    detail::fail(op, "argument 'w_qkvg' must have 4*H*d rows, got " +
+                         std::to_string(w_qkvg.size(0)) + " for H=" + std::to_string(H));
   const int64_t d = w_qkvg.size(0) / (4 * H);
   detail::check_shape(op, "b_q", b_q, {H * d});
   detail::check_shape(op, "w_z", w_z, {H, c_z});

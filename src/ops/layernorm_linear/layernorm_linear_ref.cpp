@@ -12,7 +12,7 @@ at::Tensor layernorm_linear_ref(const at::Tensor& x, const at::Tensor& ln_weight
                                 const at::Tensor& ln_bias, const at::Tensor& weight,
                                 const std::optional<at::Tensor>& bias) {
   constexpr const char* op = "layernorm_linear";
-  TORCH_CHECK(x.dim() >= 1, "megafold::layernorm_linear: argument 'x' must have at least 1 dim");
+  if (x.dim() < 1) detail::fail(op, "argument 'x' must have at least 1 dim");
   const int64_t c_in = x.size(-1);
   detail::check_shape(op, "ln_weight", ln_weight, {c_in});
   detail::check_shape(op, "ln_bias", ln_bias, {c_in});

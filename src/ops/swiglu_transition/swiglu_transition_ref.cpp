@@ -14,13 +14,14 @@ at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weigh
                                  const at::Tensor& ln_bias, const at::Tensor& w_in,
                                  const at::Tensor& w_out) {
   constexpr const char* op = "swiglu_transition";
-  TORCH_CHECK(x.dim() >= 1, "megafold::swiglu_transition: argument 'x' must have at least 1 dim");
+  if (x.dim() < 1) detail::fail(op, "argument 'x' must have at least 1 dim");
   const int64_t c = x.size(-1);
   detail::check_shape(op, "ln_weight", ln_weight, {c});
   detail::check_shape(op, "ln_bias", ln_bias, {c});
   detail::check_shape(op, "w_in", w_in, {-1, c});
-  TORCH_CHECK(w_in.size(0) % 2 == 0, "megafold::swiglu_transition: argument 'w_in' must have an "
-              "even number of rows (a and b halves), got ", w_in.size(0));
+  if (w_in.size(0) % 2 != 0)
+    detail::fail(op, "argument 'w_in' must have an even number of rows (a and b halves), got " +
+                         std::to_string(w_in.size(0)));
   const int64_t h = w_in.size(0) / 2;
   detail::check_shape(op, "w_out", w_out, {c, h});
   detail::check_float_like(op, "x", x, x);

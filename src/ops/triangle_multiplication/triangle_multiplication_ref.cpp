@@ -20,14 +20,15 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
   constexpr const char* op = "triangle_multiplication";
   detail::check_shape(op, "z", z, {-1, -1, -1, -1});
   const int64_t B = z.size(0), N = z.size(1), c_z = z.size(3);
-  TORCH_CHECK(z.size(2) == N, "megafold::triangle_multiplication: argument 'z' must be square in "
-              "dims 1 and 2, got ", z.sizes());
+  if (z.size(2) != N)
+    detail::fail(op, "argument 'z' must be square in dims 1 and 2, got " + detail::shape_string(z.sizes()));
   detail::check_shape(op, "mask", mask, {B, N, N});
   detail::check_shape(op, "ln_in_weight", ln_in_weight, {c_z});
   detail::check_shape(op, "ln_in_bias", ln_in_bias, {c_z});
   detail::check_shape(op, "w_ab", w_ab, {-1, c_z});
-  TORCH_CHECK(w_ab.size(0) % 4 == 0, "megafold::triangle_multiplication: argument 'w_ab' must "
-              "have 4*c rows (p_a, p_b, g_a, g_b), got ", w_ab.size(0));
+  if (w_ab.size(0) % 4 != 0)
+    detail::fail(op, "argument 'w_ab' must have 4*c rows (p_a, p_b, g_a, g_b), got " +
+                         std::to_string(w_ab.size(0)));
   const int64_t c = w_ab.size(0) / 4;
   detail::check_shape(op, "w_g", w_g, {c_z, c_z});
   detail::check_shape(op, "ln_out_weight", ln_out_weight, {c});
