@@ -31,8 +31,7 @@ struct Dataset {
 
 // Loads every structure file under `dir` (recursively, sorted by path). A file that cannot
 // be used is skipped with a warning on stderr naming the file and the reason; the load
-// fails only when no training entry is left. Entries longer than max_tokens (0 = no limit)
-// are kept: crops cut them down.
+// fails only when no training entry is left. Long entries are kept whole: crops cut them.
 Dataset load_dataset(const std::string& dir, bool quiet = false);
 
 }  // namespace megafold::data

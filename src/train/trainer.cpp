@@ -176,6 +176,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
              *existing, "); pass --resume to continue it or choose another --out");
   }
   write_file_atomically((out_dir / "config.json").string(), to_json(cfg));
+  say("resolved config (saved as " + (out_dir / "config.json").string() + "):\n" + to_json(cfg));
   MetricsLog metrics((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
 
   int64_t n_params = 0;
