@@ -95,7 +95,10 @@ def main():
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "torch": torch.__version__, "rows": []}
     out = pathlib.Path(args.out)
+    # One compiled graph per size and grad mode: keep dynamo from falling back to eager.
+    torch._dynamo.config.recompile_limit = 64
     for n in args.n:
+        torch._dynamo.reset()
         g = torch.Generator(device="cuda").manual_seed(n)
         # The pair projections as the model makes them: [B, i, j, H, d], rows i.
         q5, k5, v5 = (torch.randn(1, n, n, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
