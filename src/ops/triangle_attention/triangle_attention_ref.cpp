@@ -37,8 +37,10 @@ at::Tensor triangle_attention_ref(const at::Tensor& q, const at::Tensor& k, cons
   at::Tensor valid_row;
   if (mask.has_value() && mask->defined()) {
     const at::Tensor key = mask->ne(0).view({B, R, 1, 1, N});
-    // A finite fill keeps fully masked rows NaN-free (uniform weights, zeroed below).
-    logits = logits.masked_fill(key.logical_not(), -1e9);
+    // A finite fill keeps fully masked rows NaN-free (uniform weights, zeroed below); fp16
+    // logits get their lowest finite value, -1e9 is out of their range.
+    const double fill = logits.scalar_type() == at::kHalf ? -65504.0 : -1e9;
+    logits = logits.masked_fill(key.logical_not(), fill);
     valid_row = at::any(mask->ne(0), -1).view({B, R, 1, 1, 1});
   }
   // Softmax in at least fp32 (bf16 probabilities would lose the small weights).

@@ -54,6 +54,17 @@ TEST(TriangleAttention, Float32WithinDerivedTolerance) {
   expect_within_derived_tolerance(out, naive32, ref64, 1e-6, "fp32 triangle_attention");
 }
 
+TEST(TriangleAttention, HalfPrecisionWithMasksStaysFinite) {
+  // The mask fill must not overflow fp16 (max 65504).
+  fresh_seed();
+  const Inputs in = random_inputs(1, 3, 17, 2, 8, at::kHalf);
+  auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+  const at::Tensor out = triangle_attention(in.q, in.k, in.v, in.bias, in.mask, in.gate);
+  const at::Tensor ref64 = naive(d(in.q), d(in.k), d(in.v), d(in.bias), d(in.mask), d(in.gate));
+  EXPECT_TRUE(at::isfinite(out).all().item<bool>());
+  EXPECT_LT(rel_error(out, ref64), 1e-2);  // fp16 inputs: ~1e-3 relative
+}
+
 TEST(TriangleAttention, GradientsMatchFiniteDifferencesWithMaskedRow) {
   fresh_seed();
   Inputs in = random_inputs(1, 2, 4, 2, 3, at::kDouble);
