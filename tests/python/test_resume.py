@@ -72,33 +72,36 @@ def test_resume_without_checkpoint_starts_fresh(megafold_bin, source_dir, tmp_pa
     assert saved["model"]["c_z"] == 8 and saved["steps"] == 3
 
 
+def refused(megafold_bin, source_dir, config, out, *extra):
+    """Runs train expecting exit code 1; returns stderr."""
+    proc = train(megafold_bin, source_dir, config, out, *extra, stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate()
+    assert proc.returncode == 1, stderr
+    return stderr
+
+
+def finished_run(megafold_bin, source_dir, tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({**CONFIG, "steps": 2}))
+    out = tmp_path / "run"
+    assert train(megafold_bin, source_dir, config, out).wait() == 0
+    return config, out
+
+
 def test_bad_config_key_is_reported(megafold_bin, source_dir, tmp_path):
     config = tmp_path / "bad.json"
     config.write_text('{"model": {"c_zz": 4}}')
-    proc = train(megafold_bin, source_dir, config, tmp_path / "x", stderr=subprocess.PIPE, text=True)
-    _, stderr = proc.communicate()
-    assert proc.returncode == 1
+    stderr = refused(megafold_bin, source_dir, config, tmp_path / "x")
     assert "unknown key 'c_zz'" in stderr and "bad.json" in stderr
 
 
 def test_new_run_refuses_a_folder_with_checkpoints(megafold_bin, source_dir, tmp_path):
-    config = tmp_path / "tiny.json"
-    config.write_text(json.dumps({**CONFIG, "steps": 2}))
-    out = tmp_path / "run"
-    assert train(megafold_bin, source_dir, config, out).wait() == 0
-    proc = train(megafold_bin, source_dir, config, out, stderr=subprocess.PIPE, text=True)
-    _, stderr = proc.communicate()
-    assert proc.returncode == 1
+    config, out = finished_run(megafold_bin, source_dir, tmp_path)
+    stderr = refused(megafold_bin, source_dir, config, out)
     assert "already holds checkpoints" in stderr and "--resume" in stderr
 
 
 def test_resume_with_other_model_is_refused(megafold_bin, source_dir, tmp_path):
-    config = tmp_path / "tiny.json"
-    config.write_text(json.dumps({**CONFIG, "steps": 2}))
-    out = tmp_path / "run"
-    assert train(megafold_bin, source_dir, config, out).wait() == 0
+    config, out = finished_run(megafold_bin, source_dir, tmp_path)
     config.write_text(json.dumps({**CONFIG, "steps": 4, "model": {**CONFIG["model"], "c_z": 16}}))
-    proc = train(megafold_bin, source_dir, config, out, "--resume", stderr=subprocess.PIPE, text=True)
-    _, stderr = proc.communicate()
-    assert proc.returncode == 1
-    assert "model.c_z 8 -> 16" in stderr
+    assert "model.c_z 8 -> 16" in refused(megafold_bin, source_dir, config, out, "--resume")
