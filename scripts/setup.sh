@@ -26,6 +26,12 @@ command -v cmake  >/dev/null      || missing+=(cmake)
 command -v g++    >/dev/null      || missing+=(g++)
 command -v ccache >/dev/null      || missing+=(ccache)
 command -v ninja  >/dev/null      || missing+=(ninja-build)
+command -v python3 >/dev/null     || missing+=(python3)
+# A venv for torch needs ensurepip (Debian ships it separately as python3-venv).
+if command -v python3 >/dev/null && ! python3 -c "import torch" >/dev/null 2>&1 &&
+   ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
+  missing+=(python3-venv)
+fi
 if [ ${#missing[@]} -gt 0 ] && [ -n "${MEGAFOLD_DEPS_PREFIX:-}" ]; then
   # An offline host brings its dependencies in MEGAFOLD_DEPS_PREFIX; tools it lacks (ccache)
   # only cost speed.
