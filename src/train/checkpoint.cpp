@@ -1,8 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -12,18 +9,11 @@
 #include <regex>
 
 #include "core/check.h"
+#include "core/files.h"
 
 namespace megafold::train {
 namespace fs = std::filesystem;
 namespace {
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  MF_CHECK(fd >= 0, "cannot open ", path, " to flush it to disk");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  MF_CHECK(rc == 0, "fsync failed for ", path);
-}
 
 // Checkpoints in dir sorted by step, oldest first.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
@@ -61,9 +51,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   const std::string final_path = (fs::path(dir) / name).string();
   const std::string tmp_path = final_path + ".tmp";
   archive.save_to(tmp_path);
-  fsync_path(tmp_path, false);
-  fs::rename(tmp_path, final_path);
-  fsync_path(dir, true);
+  publish_file(tmp_path, final_path);
 
   auto all = list_checkpoints(dir);
   for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i].second);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/files.h"
 
 namespace megafold::train {
 namespace {
@@ -31,17 +32,11 @@ int64_t step_of_line(const std::string& line) {
 MetricsLog::MetricsLog(const std::string& path, int64_t keep_until_step) {
   if (keep_until_step >= 0 && std::filesystem::exists(path)) {
     std::ifstream in(path);
-    std::vector<std::string> kept;
+    std::string kept;
     for (std::string line; std::getline(in, line);)
       if (!line.empty() && line.back() == '}' && step_of_line(line) <= keep_until_step)
-        kept.push_back(line);
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      for (const auto& l : kept) out << l << "\n";
-      MF_CHECK(out.good(), "cannot write ", tmp);
-    }
-    std::filesystem::rename(tmp, path);
+        kept += line + "\n";
+    write_file_atomically(path, kept);
   } else if (keep_until_step < 0) {
     std::filesystem::remove(path);
   }

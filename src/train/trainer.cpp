@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/files.h"
 #include "core/seed.h"
 #include "data/dataset.h"
 #include "data/features.h"
@@ -55,16 +56,6 @@ class StopSignals {
   void (*prev_int_)(int);
   void (*prev_term_)(int);
 };
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    MF_CHECK(out.good(), "cannot write ", tmp);
-  }
-  fs::rename(tmp, path);
-}
 
 data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint64_t seed,
                            int64_t step) {

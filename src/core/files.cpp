@@ -1,0 +1,42 @@
+#include "core/files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+
+namespace megafold {
+namespace {
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  MF_CHECK(fd >= 0, "cannot open ", path, " to flush it to disk");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  MF_CHECK(rc == 0, "fsync failed for ", path);
+}
+
+}  // namespace
+
+void publish_file(const std::string& tmp, const std::string& path) {
+  fsync_path(tmp, false);
+  std::filesystem::rename(tmp, path);
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  fsync_path(dir.empty() ? std::string(".") : dir.string(), true);
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out << text;
+    out.flush();
+    MF_CHECK(out.good(), "cannot write ", tmp, " (disk full or no permission?)");
+  }
+  publish_file(tmp, path);
+}
+
+}  // namespace megafold
