@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
-#include <vector>
 
 #include "core/check.h"
 #include "core/files.h"
