@@ -3,7 +3,7 @@
 //
 // Token types follow AF3's 32-class restype (SI Table 13): 20 amino acids, unknown amino
 // acid, 4 RNA + unknown, 4 DNA + unknown, gap. Proteins are parsed today; nucleic acids and
-// ligands reuse the same vocabulary and the MoleculeType tag when they are added.
+// ligands take the remaining indices of this vocabulary when they are added.
 //
 // Atoms: each token owns kMaxAtomsPerToken slots; slot order per amino acid is fixed
 // (N, CA, C, O, then side chain), and a mask marks atoms that exist and were resolved.
@@ -12,8 +12,6 @@
 #include <string_view>
 
 namespace megafold::data {
-
-enum class MoleculeType : uint8_t { kProtein = 0, kRna = 1, kDna = 2, kLigand = 3 };
 
 inline constexpr int kNumTokenTypes = 32;
 inline constexpr int kNumAminoAcids = 20;

@@ -3,6 +3,7 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/embedding.h>
 
+#include "data/residue_constants.h"
 #include "model/layers.h"
 
 namespace megafold::model {
@@ -42,9 +43,9 @@ at::Tensor RelativePositionEncodingImpl::forward(const data::Batch& batch) {
 }
 
 InputEmbedderImpl::InputEmbedderImpl(const ModelConfig& cfg) {
-  w_s_ = register_parameter("w_s", lecun_normal(cfg.c_s, kInputChannels));
-  w_z_i_ = register_parameter("w_z_i", lecun_normal(cfg.c_z, kInputChannels));
-  w_z_j_ = register_parameter("w_z_j", lecun_normal(cfg.c_z, kInputChannels));
+  w_s_ = register_parameter("w_s", lecun_normal(cfg.c_s, data::kNumTokenTypes));
+  w_z_i_ = register_parameter("w_z_i", lecun_normal(cfg.c_z, data::kNumTokenTypes));
+  w_z_j_ = register_parameter("w_z_j", lecun_normal(cfg.c_z, data::kNumTokenTypes));
   relpos_ = register_module("relpos",
                             RelativePositionEncoding(cfg.c_z, cfg.relpos_r_max, cfg.relpos_s_max));
 }
@@ -52,7 +53,7 @@ InputEmbedderImpl::InputEmbedderImpl(const ModelConfig& cfg) {
 Embedding InputEmbedderImpl::forward(const data::Batch& batch) {
   // AF3 SI Alg. 1 lines 1-5 (no MSA, templates or token bonds yet).
   Embedding e;
-  e.s_inputs = F::one_hot(batch.restype, kInputChannels).to(w_s_.scalar_type());
+  e.s_inputs = F::one_hot(batch.restype, data::kNumTokenTypes).to(w_s_.scalar_type());
   e.s = torch::linear(e.s_inputs, w_s_);
   e.z = torch::linear(e.s_inputs, w_z_i_).unsqueeze(2) +
         torch::linear(e.s_inputs, w_z_j_).unsqueeze(1) + relpos_->forward(batch);

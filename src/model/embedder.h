@@ -30,7 +30,6 @@ class InputEmbedderImpl : public torch::nn::Module {
  public:
   explicit InputEmbedderImpl(const ModelConfig& cfg);
   Embedding forward(const data::Batch& batch);
-  static constexpr int64_t kInputChannels = 32;  // restype one-hot (AF3 32 classes)
 
  private:
   at::Tensor w_s_, w_z_i_, w_z_j_;

@@ -191,8 +191,6 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     ema.swap(params);
     metrics.write("validation", step, {{"distogram_loss", v.loss}, {"distogram_accuracy", v.accuracy},
                                        {"pairs", v.pairs}});
-    result.val_distogram_loss = v.loss;
-    result.val_distogram_accuracy = v.accuracy;
     char line[160];
     std::snprintf(line, sizeof(line), "validation step %lld: distogram loss %.4f accuracy %.4f (EMA weights)",
                   static_cast<long long>(step), v.loss, v.accuracy);

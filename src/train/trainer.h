@@ -17,7 +17,6 @@ struct TrainResult {
   double first_loss = 0, last_loss = 0;  // mean over the first / last log window
   double step_ms = 0;                    // median step time over the run (after warm-up)
   double peak_gb = 0;
-  double val_distogram_loss = 0, val_distogram_accuracy = 0;
 };
 
 // Learning rate at optimiser step `step` (0-based): linear warm-up, then step decay (AF3).
