@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Triangle attention (starting node) side by side, B=1, H=4, d=32, bf16, fwd and fwd+bwd:
 PyTorch eager, torch.compile of eager, SDPA with the bias as attn_mask, FlexAttention with the
-bias as a score_mod (torch.compile), and megafold's triangle_attention op (whatever the loaded
-library registers: the ATen reference until the CUDA kernel lands).
+bias as a score_mod (torch.compile), and megafold's triangle_attention op (its CUDA kernels in
+a CUDA build of the library).
 
 FLOPs: 4*H*d*N^3 forward, 14*H*d*N^3 forward+backward (DESIGN.md). Each implementation gets
 inputs in its preferred layout outside the timed region; all share the same values.
 
 usage: python3 bench/triangle_attention.py --lib build/src/libmegafold_ops.so \
            --out bench/results/triangle_attention.json [--n 256 384 512 768 1024]
-Rows are written after every measurement, so a run cut short keeps what it measured.
+Rows are written after every measurement, so a run cut short keeps what it measured; a
+Markdown table of the same rows goes next to the JSON (same name, .md).
 """
 import argparse
 import datetime
@@ -73,6 +74,21 @@ def bench(fn, args, grads):
     return fwd_ms, fwdbwd_ms, peak_gb
 
 
+def markdown(result):
+    """One line per (n, impl): the table the README shows."""
+    lines = [f"Triangle attention, {result['gpu']}, commit {result['commit']}, {result['date']}, "
+             f"torch {result['torch']}; B=1, H={H}, d={D}, bf16, medians.", "",
+             "| N | impl | fwd ms | fwd+bwd ms | peak GB | fwd TFLOP/s | fwd+bwd TFLOP/s |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in sorted(result["rows"], key=lambda r: r["n"]):
+        if "error" in r:
+            lines.append(f"| {r['n']} | {r['impl']} | {r['error']} | | | | |")
+        else:
+            lines.append(f"| {r['n']} | {r['impl']} | {r['fwd_ms']:.3f} | {r['fwdbwd_ms']:.3f} | "
+                         f"{r['peak_gb']:.3f} | {r['fwd_tflops']} | {r['fwdbwd_tflops']} |")
+    return "\n".join(lines) + "\n"
+
+
 def commit():
     if os.environ.get("MEGAFOLD_COMMIT"):
         return os.environ["MEGAFOLD_COMMIT"]
@@ -133,6 +149,7 @@ def main():
             result["rows"].append(row)
             print(json.dumps(row), flush=True)
             out.write_text(json.dumps(result, indent=2) + "\n")
+            out.with_suffix(".md").write_text(markdown(result))
             del inputs
             torch.cuda.empty_cache()
 

@@ -42,9 +42,9 @@ at::Tensor attention_pair_bias_ref(const at::Tensor& s, const at::Tensor& z,
                                    .permute({0, 3, 1, 2});  // [B, H, N, N]
   std::optional<at::Tensor> row_mask;
   if (mask.has_value() && mask->defined()) row_mask = mask->view({B, 1, N});
-  const at::Tensor o = triangle_attention_ref(qkvg.select(3, 0), qkvg.select(3, 1),
-                                              qkvg.select(3, 2), pair_bias, row_mask,
-                                              qkvg.select(3, 3));  // [B, 1, N, H, d]
+  // Through the dispatcher: on a GPU the triangle-attention kernels serve this R = 1 case.
+  const at::Tensor o = triangle_attention(qkvg.select(3, 0), qkvg.select(3, 1), qkvg.select(3, 2),
+                                          pair_bias, row_mask, qkvg.select(3, 3));  // [B, 1, N, H, d]
   return at::linear(o.reshape({B, N, H * d}), w_o);
 }
 

@@ -26,6 +26,12 @@ at::Tensor triangle_attention(const at::Tensor& q, const at::Tensor& k, const at
                               const std::optional<at::Tensor>& mask,
                               const std::optional<at::Tensor>& gate);
 
+// Shape/dtype/device checks shared by the reference and the CUDA path.
+void check_triangle_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const std::optional<at::Tensor>& bias,
+                                   const std::optional<at::Tensor>& mask,
+                                   const std::optional<at::Tensor>& gate);
+
 at::Tensor triangle_attention_ref(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const std::optional<at::Tensor>& bias,
                                   const std::optional<at::Tensor>& mask,

@@ -13,10 +13,10 @@
 
 namespace megafold::ops {
 
-at::Tensor triangle_attention_ref(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const std::optional<at::Tensor>& bias,
-                                  const std::optional<at::Tensor>& mask,
-                                  const std::optional<at::Tensor>& gate) {
+void check_triangle_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const std::optional<at::Tensor>& bias,
+                                   const std::optional<at::Tensor>& mask,
+                                   const std::optional<at::Tensor>& gate) {
   constexpr const char* op = "triangle_attention";
   detail::check_shape(op, "q", q, {-1, -1, -1, -1, -1});
   const int64_t B = q.size(0), R = q.size(1), N = q.size(2), H = q.size(3), d = q.size(4);
@@ -28,6 +28,16 @@ at::Tensor triangle_attention_ref(const at::Tensor& q, const at::Tensor& k, cons
   detail::check_float_like(op, "q", q, q);
   detail::check_float_like(op, "k", k, q);
   detail::check_float_like(op, "v", v, q);
+  if (bias.has_value() && bias->defined()) detail::check_float_like(op, "bias", *bias, q);
+  if (gate.has_value() && gate->defined()) detail::check_float_like(op, "gate", *gate, q);
+}
+
+at::Tensor triangle_attention_ref(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const std::optional<at::Tensor>& bias,
+                                  const std::optional<at::Tensor>& mask,
+                                  const std::optional<at::Tensor>& gate) {
+  check_triangle_attention_args(q, k, v, bias, mask, gate);
+  const int64_t B = q.size(0), R = q.size(1), N = q.size(2), d = q.size(4);
 
   const at::Tensor qh = q.permute({0, 1, 3, 2, 4});  // [B, R, H, N, d]
   const at::Tensor kh = k.permute({0, 1, 3, 4, 2});  // [B, R, H, d, N]

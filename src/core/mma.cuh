@@ -1,0 +1,123 @@
+#pragma once
+// Warp-level tensor-core pieces for sm_80+ kernels: mma.sync m16n8k16 with fp16/bf16 inputs
+// and fp32 accumulation, 16-bit pair packing, the ldmatrix transpose load and cp.async.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and
+// t = lane % 4; each 32-bit register holds two consecutive 16-bit elements, lower column first:
+//   A 16x16 (row major): a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
+//   B 16x8  (k x n):     b0 = (2t..2t+1, g)  b1 = (2t+8..2t+9, g)
+//   C 16x8  (fp32):      c0, c1 = (g, 2t..2t+1)   c2, c3 = (g+8, 2t..2t+1)
+// Two C tiles side by side (columns 0..15) are exactly one A fragment of a 16x16 operand once
+// packed, which is how attention kernels feed probabilities into the next product without
+// going through shared memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace megafold::mma {
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t x);
+
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t x) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&x));
+}
+
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t x) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+}
+
+// c += a * b for one 16x8x16 tile.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
+                                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 tiles from shared memory; lane l gives the address of row l % 8 of tile l / 8
+// (16-byte aligned). Lane (g, t) receives elements [g][2t] and [g][2t+1] of each tile: an A
+// fragment, or a B fragment of a matrix stored n-major (B[k][n] at row n, column k).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Four transposed 8x8 tiles from shared memory; lane l gives the address of row l % 8 of
+// tile l / 8 (16-byte aligned). Lane (g, t) receives elements [2t][g] and [2t+1][g] of each
+// tile, i.e. a B fragment of a matrix stored k-major (B[k][n] at row k, column n).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Asynchronous global -> shared copies (cp.async, sm_80+): `bytes` bytes when valid, zeros
+// otherwise (src is then not read). Groups are committed and awaited explicitly.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// One 32-bit (two-element) shared-memory load.
+template <typename T>
+__device__ __forceinline__ uint32_t lds32(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// 2^x on the special-function unit (the softmax is computed in base 2).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace megafold::mma
