@@ -63,12 +63,6 @@ struct Bytes {
   static constexpr int vec = kTile * sizeof(float);
 };
 
-// p moved by n bytes.
-template <typename U>
-__device__ __forceinline__ U* advance(U* p, int64_t n) {
-  return reinterpret_cast<U*>(reinterpret_cast<unsigned char*>(p) + n);
-}
-
 // Hands out consecutive pieces of the dynamic shared memory.
 struct Carve {
   unsigned char* at;
@@ -325,31 +319,19 @@ __device__ __forceinline__ void store_rows(void* out, const TriangleAttentionPar
 
 // One streamed step of the forward and dQ kernels: a key tile, its values, the bias tile
 // (this block's queries x these keys) and the key mask.
+// Each stage type is a view of one half of a double buffer: piece addresses are computed from
+// its base (half(buf) moves to the other half) rather than kept in an array indexed at run
+// time, which would put them in local memory and lose their shared-memory address space.
 template <typename T, int D>
 struct KeyStage {
-  T *k, *v, *bias;
-  float* mask;
-  // The stages live in a double buffer: take() carves both halves and returns the first;
-  // half(buf) is the same stage in half buf (shared addresses computed, never indexed from
-  // an array, so they stay in registers).
-  __device__ __forceinline__ KeyStage half(int64_t buf) const {
-    KeyStage s = *this;
-    s.shift(buf * bytes);
-    return s;
-  }
-  __device__ __forceinline__ static KeyStage take(Carve& c) {
-    KeyStage s;
-    s.k = c.take<T>(Bytes<T, D>::tile);
-    s.v = c.take<T>(Bytes<T, D>::tile);
-    s.bias = c.take<T>(Bytes<T, D>::bias);
-    s.mask = c.take<float>(Bytes<T, D>::vec);
-    c.take<unsigned char>(bytes);  // the second half
-    return s;
-  }
-  __device__ __forceinline__ void shift(int64_t n) {
-    k = advance(k, n), v = advance(v, n), bias = advance(bias, n), mask = advance(mask, n);
-  }
-  static constexpr int bytes = 2 * Bytes<T, D>::tile + Bytes<T, D>::bias + Bytes<T, D>::vec;
+  using B = Bytes<T, D>;
+  static constexpr int bytes = 2 * B::tile + B::bias + B::vec;
+  unsigned char* at;  // one half of the double buffer
+  __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(at); }
+  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(at + B::tile); }
+  __device__ __forceinline__ T* bias() const { return reinterpret_cast<T*>(at + 2 * B::tile); }
+  __device__ __forceinline__ float* mask() const { return reinterpret_cast<float*>(at + 2 * B::tile + B::bias); }
+  __device__ __forceinline__ KeyStage half(int64_t buf) const { return {at + buf * bytes}; }
 
   // Where the tiles come from; fixed for a block.
   struct Source {
@@ -363,10 +345,10 @@ struct KeyStage {
             bias_matrix<T>(p, x.b, x.h), mask_row(p, x), vec};
   }
   __device__ __forceinline__ void load(const Source& src, int64_t N, int64_t i0, int64_t j0) const {
-    load_tile<T, D>(k, src.k, j0, N, src.vec);
-    load_tile<T, D>(v, src.v, j0, N, src.vec);
-    if (src.bias != nullptr) load_bias_tile<T>(bias, src.bias, i0, j0, N);
-    load_vec(mask, src.mask, j0, N, -INFINITY);
+    load_tile<T, D>(k(), src.k, j0, N, src.vec);
+    load_tile<T, D>(v(), src.v, j0, N, src.vec);
+    if (src.bias != nullptr) load_bias_tile<T>(bias(), src.bias, i0, j0, N);
+    load_vec(mask(), src.mask, j0, N, -INFINITY);
   }
 
 };
@@ -381,7 +363,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const TriangleAttenti
   extern __shared__ __align__(16) unsigned char smem[];
   Carve carve{smem};
   T* qs = carve.take<T>(Bytes<T, D>::tile);
-  const KeyStage<T, D> stage = KeyStage<T, D>::take(carve);
+  const KeyStage<T, D> stage{carve.take<unsigned char>(2 * KeyStage<T, D>::bytes)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
   const int64_t n_tiles = (p.N + kTile - 1) / kTile;
   const Row x = row_of(p, blockIdx.x / n_tiles);
@@ -405,8 +387,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const TriangleAttenti
     const KeyStage<T, D> cur = stage.half(step % 2);
     if (step == 0) load_a<T, D>(qa, qs, warp, lane);
     float s[kNT][4];
-    gemm_abt<T, D>(s, qa, cur.k, lane);
-    to_logits<T>(s, has_bias ? cur.bias : nullptr, cur.mask, p.scale, warp, lane, p, step * kTile);
+    gemm_abt<T, D>(s, qa, cur.k(), lane);
+    to_logits<T>(s, has_bias ? cur.bias() : nullptr, cur.mask(), p.scale, warp, lane, p, step * kTile);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -431,7 +413,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const TriangleAttenti
         s[nt][e] = exp2_approx(fmaf(s[nt][e], kLog2e, mx[e / 2]));
         l[e / 2] += s[nt][e];
       }
-    gemm_xb<T, D>(acc, s, cur.v, lane);
+    gemm_xb<T, D>(acc, s, cur.v(), lane);
     __syncthreads();  // this half of the buffer is refilled next step
   }
   const int64_t i_a = i0 + 16 * warp + g;
@@ -470,7 +452,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const TriangleAttentionPar
   Carve carve{smem};
   T* qs = carve.take<T>(Bytes<T, D>::tile);
   T* dos = carve.take<T>(Bytes<T, D>::tile);
-  const KeyStage<T, D> stage = KeyStage<T, D>::take(carve);
+  const KeyStage<T, D> stage{carve.take<unsigned char>(2 * KeyStage<T, D>::bytes)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
   const int64_t n_tiles = (p.N + kTile - 1) / kTile;
   const Row x = row_of(p, blockIdx.x / n_tiles);
@@ -505,11 +487,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const TriangleAttentionPar
       load_a<T, D>(da, dos, warp, lane);
     }
     float s[kNT][4], dp[kNT][4];
-    gemm_abt<T, D>(s, qa, cur.k, lane);
-    gemm_abt<T, D>(dp, da, cur.v, lane);
-    to_logits<T>(s, has_bias ? cur.bias : nullptr, cur.mask, p.scale, warp, lane, p, step * kTile);
+    gemm_abt<T, D>(s, qa, cur.k(), lane);
+    gemm_abt<T, D>(dp, da, cur.v(), lane);
+    to_logits<T>(s, has_bias ? cur.bias() : nullptr, cur.mask(), p.scale, warp, lane, p, step * kTile);
     logits_to_ds(s, dp, lse2, delta);
-    gemm_xb<T, D>(acc, s, cur.k, lane);
+    gemm_xb<T, D>(acc, s, cur.k(), lane);
     __syncthreads();
   }
   const float mul[2] = {p.scale, p.scale};
@@ -520,28 +502,15 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const TriangleAttentionPar
 // (these queries x this block's keys) and the queries' lse and delta.
 template <typename T, int D>
 struct QueryStage {
-  T *q, *d_o, *bias;
-  float *lse, *delta;
-  __device__ __forceinline__ QueryStage half(int64_t buf) const {
-    QueryStage s = *this;
-    s.shift(buf * bytes);
-    return s;
-  }
-  __device__ __forceinline__ static QueryStage take(Carve& c) {
-    QueryStage s;
-    s.q = c.take<T>(Bytes<T, D>::tile);
-    s.d_o = c.take<T>(Bytes<T, D>::tile);
-    s.bias = c.take<T>(Bytes<T, D>::bias);
-    s.lse = c.take<float>(Bytes<T, D>::vec);
-    s.delta = c.take<float>(Bytes<T, D>::vec);
-    c.take<unsigned char>(bytes);
-    return s;
-  }
-  __device__ __forceinline__ void shift(int64_t n) {
-    q = advance(q, n), d_o = advance(d_o, n), bias = advance(bias, n), lse = advance(lse, n),
-    delta = advance(delta, n);
-  }
-  static constexpr int bytes = 2 * Bytes<T, D>::tile + Bytes<T, D>::bias + 2 * Bytes<T, D>::vec;
+  using B = Bytes<T, D>;
+  static constexpr int bytes = 2 * B::tile + B::bias + 2 * B::vec;
+  unsigned char* at;
+  __device__ __forceinline__ T* q() const { return reinterpret_cast<T*>(at); }
+  __device__ __forceinline__ T* d_o() const { return reinterpret_cast<T*>(at + B::tile); }
+  __device__ __forceinline__ T* bias() const { return reinterpret_cast<T*>(at + 2 * B::tile); }
+  __device__ __forceinline__ float* lse() const { return reinterpret_cast<float*>(at + 2 * B::tile + B::bias); }
+  __device__ __forceinline__ float* delta() const { return lse() + kTile; }
+  __device__ __forceinline__ QueryStage half(int64_t buf) const { return {at + buf * bytes}; }
 
   struct Source {
     Slice<T> q, d_o;
@@ -554,13 +523,12 @@ struct QueryStage {
             p.lse + stat(p, x, 0), p.delta + stat(p, x, 0), vec};
   }
   __device__ __forceinline__ void load(const Source& src, int64_t N, int64_t i0, int64_t j0) const {
-    load_tile<T, D>(q, src.q, i0, N, src.vec);
-    load_tile<T, D>(d_o, src.d_o, i0, N, kDenseVec);
-    if (src.bias != nullptr) load_bias_tile<T>(bias, src.bias, i0, j0, N);
-    load_vec(lse, src.lse, i0, N, INFINITY);  // queries past N get P = 0
-    load_vec(delta, src.delta, i0, N, 0.f);
+    load_tile<T, D>(q(), src.q, i0, N, src.vec);
+    load_tile<T, D>(d_o(), src.d_o, i0, N, kDenseVec);
+    if (src.bias != nullptr) load_bias_tile<T>(bias(), src.bias, i0, j0, N);
+    load_vec(lse(), src.lse, i0, N, INFINITY);  // queries past N get P = 0
+    load_vec(delta(), src.delta, i0, N, 0.f);
   }
-
 };
 
 template <typename T, int D>
@@ -575,7 +543,7 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const TriangleAttentionPa
   Carve carve{smem};
   T* ks = carve.take<T>(Bytes<T, D>::tile);
   T* vs = carve.take<T>(Bytes<T, D>::tile);
-  const QueryStage<T, D> stage = QueryStage<T, D>::take(carve);
+  const QueryStage<T, D> stage{carve.take<unsigned char>(2 * QueryStage<T, D>::bytes)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t n_tiles = (p.N + kTile - 1) / kTile;
   const Row x = row_of(p, blockIdx.x / n_tiles);
@@ -607,21 +575,21 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const TriangleAttentionPa
       load_a<T, D>(va, vs, warp, lane);
     }
     float s[kNT][4], dp[kNT][4];
-    gemm_abt<T, D>(s, ka, cur.q, lane);
-    gemm_abt<T, D>(dp, va, cur.d_o, lane);
+    gemm_abt<T, D>(s, ka, cur.q(), lane);
+    gemm_abt<T, D>(dp, va, cur.d_o(), lane);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int ii = 8 * nt + 2 * t + (e & 1);  // query (column of S^T)
-        const float b = has_bias ? static_cast<float>(cur.bias[ii * kBS + 16 * warp + g + 8 * (e / 2)]) : 0.f;
+        const float b = has_bias ? static_cast<float>(cur.bias()[ii * kBS + 16 * warp + g + 8 * (e / 2)]) : 0.f;
         const float z = fmaf(s[nt][e], p.scale, b) + kadd[e / 2];
-        const float pr = exp2_approx(fmaf(z, kLog2e, -cur.lse[ii]));
+        const float pr = exp2_approx(fmaf(z, kLog2e, -cur.lse()[ii]));
         s[nt][e] = pr;                                  // P^T, for dV
-        dp[nt][e] = pr * (dp[nt][e] - cur.delta[ii]);  // dS^T, for dK
+        dp[nt][e] = pr * (dp[nt][e] - cur.delta()[ii]);  // dS^T, for dK
       }
-    gemm_xb<T, D>(dv, s, cur.d_o, lane);
-    gemm_xb<T, D>(dk, dp, cur.q, lane);
+    gemm_xb<T, D>(dv, s, cur.d_o(), lane);
+    gemm_xb<T, D>(dk, dp, cur.q(), lane);
     __syncthreads();
   }
   const float k_mul[2] = {p.scale, p.scale}, v_mul[2] = {1.f, 1.f};
@@ -633,39 +601,26 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const TriangleAttentionPa
 // values of this block's tile, its key mask and the queries' lse and delta.
 template <typename T, int D>
 struct RowStage {
-  T *q, *d_o, *k, *v;
-  float *mask, *lse, *delta;
-  __device__ __forceinline__ RowStage half(int64_t buf) const {
-    RowStage s = *this;
-    s.shift(buf * bytes);
-    return s;
-  }
-  __device__ __forceinline__ static RowStage take(Carve& c) {
-    RowStage s;
-    s.q = c.take<T>(Bytes<T, D>::tile);
-    s.d_o = c.take<T>(Bytes<T, D>::tile);
-    s.k = c.take<T>(Bytes<T, D>::tile);
-    s.v = c.take<T>(Bytes<T, D>::tile);
-    s.mask = c.take<float>(Bytes<T, D>::vec);
-    s.lse = c.take<float>(Bytes<T, D>::vec);
-    s.delta = c.take<float>(Bytes<T, D>::vec);
-    c.take<unsigned char>(bytes);
-    return s;
-  }
-  __device__ __forceinline__ void shift(int64_t n) {
-    q = advance(q, n), d_o = advance(d_o, n), k = advance(k, n), v = advance(v, n), mask = advance(mask, n),
-    lse = advance(lse, n), delta = advance(delta, n);
-  }
-  static constexpr int bytes = 4 * Bytes<T, D>::tile + 3 * Bytes<T, D>::vec;
+  using B = Bytes<T, D>;
+  static constexpr int bytes = 4 * B::tile + 3 * B::vec;
+  unsigned char* at;
+  __device__ __forceinline__ T* q() const { return reinterpret_cast<T*>(at); }
+  __device__ __forceinline__ T* d_o() const { return reinterpret_cast<T*>(at + B::tile); }
+  __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(at + 2 * B::tile); }
+  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(at + 3 * B::tile); }
+  __device__ __forceinline__ float* mask() const { return reinterpret_cast<float*>(at + 4 * B::tile); }
+  __device__ __forceinline__ float* lse() const { return mask() + kTile; }
+  __device__ __forceinline__ float* delta() const { return mask() + 2 * kTile; }
+  __device__ __forceinline__ RowStage half(int64_t buf) const { return {at + buf * bytes}; }
 
   __device__ __forceinline__ void load(const TriangleAttentionParams& p, Row x, int64_t i0, int64_t j0, int vec) const {
-    load_tile<T, D>(q, slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0, p.N, vec);
-    load_tile<T, D>(d_o, dense_slice<T>(p, p.d_o, x), i0, p.N, kDenseVec);
-    load_tile<T, D>(k, slice<T>(p.k, p.k_stride, x.b, x.r, x.h), j0, p.N, vec);
-    load_tile<T, D>(v, slice<T>(p.v, p.v_stride, x.b, x.r, x.h), j0, p.N, vec);
-    load_vec(mask, mask_row(p, x), j0, p.N, -INFINITY);
-    load_vec(lse, p.lse + stat(p, x, 0), i0, p.N, INFINITY);  // queries past N get P = 0
-    load_vec(delta, p.delta + stat(p, x, 0), i0, p.N, 0.f);
+    load_tile<T, D>(q(), slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0, p.N, vec);
+    load_tile<T, D>(d_o(), dense_slice<T>(p, p.d_o, x), i0, p.N, kDenseVec);
+    load_tile<T, D>(k(), slice<T>(p.k, p.k_stride, x.b, x.r, x.h), j0, p.N, vec);
+    load_tile<T, D>(v(), slice<T>(p.v, p.v_stride, x.b, x.r, x.h), j0, p.N, vec);
+    load_vec(mask(), mask_row(p, x), j0, p.N, -INFINITY);
+    load_vec(lse(), p.lse + stat(p, x, 0), i0, p.N, INFINITY);  // queries past N get P = 0
+    load_vec(delta(), p.delta + stat(p, x, 0), i0, p.N, 0.f);
   }
 };
 
@@ -680,7 +635,7 @@ __global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttention
   extern __shared__ __align__(16) unsigned char smem[];
   Carve carve{smem};
   T* bias = carve.take<T>(Bytes<T, D>::bias);
-  const RowStage<T, D> stage = RowStage<T, D>::take(carve);
+  const RowStage<T, D> stage{carve.take<unsigned char>(2 * RowStage<T, D>::bytes)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t n_tiles = (p.N + kTile - 1) / kTile;
   const int64_t j0 = blockIdx.x % n_tiles * kTile, i0 = blockIdx.x / n_tiles % n_tiles * kTile;
@@ -704,14 +659,14 @@ __global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttention
     __syncthreads();
     const RowStage<T, D> cur = stage.half((r - r_begin) % 2);
     uint32_t qa[P / 16][4], da[P / 16][4];
-    load_a<T, D>(qa, cur.q, warp, lane);
-    load_a<T, D>(da, cur.d_o, warp, lane);
+    load_a<T, D>(qa, cur.q(), warp, lane);
+    load_a<T, D>(da, cur.d_o(), warp, lane);
     const int row = 16 * warp + g;
-    const float lse2[2] = {cur.lse[row], cur.lse[row + 8]}, delta[2] = {cur.delta[row], cur.delta[row + 8]};
+    const float lse2[2] = {cur.lse()[row], cur.lse()[row + 8]}, delta[2] = {cur.delta()[row], cur.delta()[row + 8]};
     float s[kNT][4], dp[kNT][4];
-    gemm_abt<T, D>(s, qa, cur.k, lane);
-    gemm_abt<T, D>(dp, da, cur.v, lane);
-    to_logits<T>(s, bias, cur.mask, p.scale, warp, lane, p, j0);
+    gemm_abt<T, D>(s, qa, cur.k(), lane);
+    gemm_abt<T, D>(dp, da, cur.v(), lane);
+    to_logits<T>(s, bias, cur.mask(), p.scale, warp, lane, p, j0);
     logits_to_ds(s, dp, lse2, delta);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)

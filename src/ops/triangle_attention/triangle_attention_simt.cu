@@ -46,6 +46,25 @@ __device__ __forceinline__ int64_t row_stat(const TriangleAttentionParams& p, in
   return ((b * p.R + r) * p.H + h) * p.N + n;
 }
 
+// Keys j0.. of row (b, r, h) into shared memory for a block of kThreads query rows (block y):
+// keys, values, the bias tile and the key validity.
+template <int D>
+__device__ __forceinline__ void load_key_tile(const TriangleAttentionParams& p, int64_t b, int64_t r, int64_t h,
+                                              int64_t j0, float (&ks)[kTile][D], float (&vs)[kTile][D],
+                                              float (&bs)[kThreads][kTile + 1], float (&ms)[kTile]) {
+  for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
+    const int jj = idx / D, c = idx % D;
+    const int64_t j = j0 + jj;
+    ks[jj][c] = j < p.N ? load5(p.k, p.k_stride, b, r, j, h, c) : 0.f;
+    vs[jj][c] = j < p.N ? load5(p.v, p.v_stride, b, r, j, h, c) : 0.f;
+  }
+  for (int idx = threadIdx.x; idx < kThreads * kTile; idx += kThreads) {
+    const int ii = idx / kTile, jj = idx % kTile;
+    bs[ii][jj] = load_bias(p, b, h, static_cast<int64_t>(blockIdx.y) * kThreads + ii, j0 + jj);
+  }
+  if (threadIdx.x < kTile) ms[threadIdx.x] = key_valid(p, b, r, j0 + threadIdx.x);
+}
+
 // Block x = (b, r, h), block y = tile of kThreads query rows.
 template <int D>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const TriangleAttentionParams p) {
@@ -61,17 +80,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const TriangleAttenti
   }
   float m = -INFINITY, l = 0.f;
   for (int64_t j0 = 0; j0 < p.N; j0 += kTile) {
-    for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
-      const int jj = idx / D, c = idx % D;
-      const int64_t j = j0 + jj;
-      ks[jj][c] = j < p.N ? load5(p.k, p.k_stride, b, r, j, h, c) : 0.f;
-      vs[jj][c] = j < p.N ? load5(p.v, p.v_stride, b, r, j, h, c) : 0.f;
-    }
-    for (int idx = threadIdx.x; idx < kThreads * kTile; idx += kThreads) {
-      const int ii = idx / kTile, jj = idx % kTile;
-      bs[ii][jj] = load_bias(p, b, h, static_cast<int64_t>(blockIdx.y) * kThreads + ii, j0 + jj);
-    }
-    if (threadIdx.x < kTile) ms[threadIdx.x] = key_valid(p, b, r, j0 + threadIdx.x);
+    load_key_tile<D>(p, b, r, h, j0, ks, vs, bs, ms);
     __syncthreads();
     if (row) {
       for (int jj = 0; jj < kTile; ++jj) {
@@ -123,17 +132,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const TriangleAttentionPar
     dq[c] = 0.f;
   }
   for (int64_t j0 = 0; j0 < p.N; j0 += kTile) {
-    for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
-      const int jj = idx / D, c = idx % D;
-      const int64_t j = j0 + jj;
-      ks[jj][c] = j < p.N ? load5(p.k, p.k_stride, b, r, j, h, c) : 0.f;
-      vs[jj][c] = j < p.N ? load5(p.v, p.v_stride, b, r, j, h, c) : 0.f;
-    }
-    for (int idx = threadIdx.x; idx < kThreads * kTile; idx += kThreads) {
-      const int ii = idx / kTile, jj = idx % kTile;
-      bs[ii][jj] = load_bias(p, b, h, static_cast<int64_t>(blockIdx.y) * kThreads + ii, j0 + jj);
-    }
-    if (threadIdx.x < kTile) ms[threadIdx.x] = key_valid(p, b, r, j0 + threadIdx.x);
+    load_key_tile<D>(p, b, r, h, j0, ks, vs, bs, ms);
     __syncthreads();
     if (row && lse != INFINITY) {
       for (int jj = 0; jj < kTile; ++jj) {
