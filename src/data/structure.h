@@ -48,6 +48,15 @@ struct Entry {
 // the file and what is wrong (unreadable, truncated, not a structure, no protein chain).
 Entry load_entry(const std::string& path);
 
+// Writes entry `e` as mmCIF (gemmi; one model): chains named e.chain_ids, residues numbered
+// residue_index (label and author numbering, so load_entry reads the same numbers back),
+// the heavy atoms of the dense layout that atom_mask marks. coords: [n_token *
+// kMaxAtomsPerToken * 3] Angstrom to write instead of e.coords (a prediction; empty = e.coords);
+// b_factors: [n_token * kMaxAtomsPerToken] for the B-factor column (pLDDT; empty = 0).
+// Written atomically. Throws megafold::Error naming the path on a size mismatch or I/O error.
+void write_mmcif(const Entry& e, const std::string& path, const std::vector<float>& coords = {},
+                 const std::vector<float>& b_factors = {});
+
 // True for file names this loader reads: .cif .mmcif .pdb .ent, each optionally .gz.
 bool is_structure_file(const std::string& path);
 

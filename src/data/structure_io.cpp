@@ -1,13 +1,23 @@
 // The only translation unit that includes gemmi (it is header-only and slow to compile).
+// Number formatting for the mmCIF writer through std::snprintf: Debian's gemmi-dev expects
+// a system stb_sprintf.h otherwise, one more package for a path that is not hot.
+#define USE_STD_SNPRINTF
 #include <gemmi/gz.hpp>
 #include <gemmi/mmread.hpp>
 #include <gemmi/polyheur.hpp>
+#include <gemmi/to_cif.hpp>
+// gemmi 0.5 keeps the mmCIF writer's definitions behind this macro: compiled here, once.
+#define GEMMI_WRITE_IMPLEMENTATION
+#include <gemmi/to_mmcif.hpp>
+#undef GEMMI_WRITE_IMPLEMENTATION
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "core/check.h"
+#include "core/files.h"
 #include "data/structure.h"
 
 namespace megafold::data {
@@ -137,6 +147,49 @@ Entry load_entry(const std::string& path) {
     e.sym_id.push_back(chain_sym[e.asym_id[i]]);
   }
   return e;
+}
+
+void write_mmcif(const Entry& e, const std::string& path, const std::vector<float>& coords,
+                 const std::vector<float>& b_factors) {
+  const std::vector<float>& xyz = coords.empty() ? e.coords : coords;
+  if (xyz.size() != e.coords.size())
+    throw Error(path + ": " + std::to_string(xyz.size()) + " coordinates given, the entry has " +
+                std::to_string(e.coords.size()) + " (n_token * " + std::to_string(kMaxAtomsPerToken) + " * 3)");
+  if (!b_factors.empty() && b_factors.size() != e.atom_mask.size())
+    throw Error(path + ": " + std::to_string(b_factors.size()) + " B-factors given, the entry has " +
+                std::to_string(e.atom_mask.size()) + " atom slots");
+  gemmi::Structure st;
+  st.name = e.name;
+  st.models.emplace_back("1");
+  gemmi::Model& model = st.models.back();
+  int serial = 0;
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    if (i == 0 || e.asym_id[i] != e.asym_id[i - 1]) model.chains.emplace_back(e.chain_ids.at(e.asym_id[i]));
+    gemmi::Residue res;
+    res.name = std::string(amino_acid_name(e.restype[i]));
+    res.seqid = gemmi::SeqId(e.residue_index[i], ' ');
+    res.label_seq = e.residue_index[i];
+    res.entity_type = gemmi::EntityType::Polymer;
+    res.het_flag = 'A';
+    const auto& names = atom_names(e.restype[i]);
+    for (int a = 0; a < kMaxAtomsPerToken; ++a) {
+      const size_t k = static_cast<size_t>(i) * kMaxAtomsPerToken + a;
+      if (!e.atom_mask[k]) continue;
+      gemmi::Atom atom;
+      atom.name = std::string(names[a]);
+      atom.element = gemmi::Element(atom.name.substr(0, 1));  // protein heavy atoms: N, C, O, S
+      atom.pos = gemmi::Position(xyz[3 * k], xyz[3 * k + 1], xyz[3 * k + 2]);
+      atom.occ = 1.f;
+      atom.b_iso = b_factors.empty() ? 0.f : b_factors[k];
+      atom.serial = ++serial;
+      res.atoms.push_back(std::move(atom));
+    }
+    model.chains.back().residues.push_back(std::move(res));
+  }
+  gemmi::setup_entities(st);
+  std::ostringstream text;
+  gemmi::cif::write_cif_to_stream(text, gemmi::make_mmcif_document(st));
+  write_file_atomically(path, text.str());
 }
 
 }  // namespace megafold::data

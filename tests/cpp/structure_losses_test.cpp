@@ -1,0 +1,144 @@
+// Structure losses and lDDT: rigid alignment recovers a known motion and never reflects;
+// lDDT against hand-computed cases; losses invariant to rigid motions; smooth lDDT gradient.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+
+#include "model/structure_losses.h"
+#include "testing.h"
+
+namespace megafold::model {
+namespace {
+using namespace megafold::testing;
+
+// A random proper rotation per example: QR of a Gaussian matrix, signs fixed so det = +1.
+at::Tensor random_rotation(int64_t B, at::ScalarType dtype) {
+  const auto [q, r] = at::linalg_qr(at::randn({B, 3, 3}, at::kDouble));
+  at::Tensor rot = q * at::sign(at::diagonal(r, 0, -2, -1)).unsqueeze(1);
+  const at::Tensor flip = at::where(at::linalg_det(rot) < 0, -1.0, 1.0);
+  rot.select(2, 2).mul_(flip.unsqueeze(1));
+  return rot.to(dtype);
+}
+
+at::Tensor move(const at::Tensor& x, const at::Tensor& rot, const at::Tensor& shift) {
+  return at::matmul(x, rot.transpose(1, 2)) + shift.unsqueeze(1);
+}
+
+class StructureLosses : public ::testing::Test {
+ protected:
+  void SetUp() override { fresh_seed(); }
+};
+
+TEST_F(StructureLosses, RigidAlignRecoversAKnownMotionIgnoringZeroWeights) {
+  const int64_t B = 3, A = 37;
+  const at::Tensor target = at::randn({B, A, 3}, at::kDouble) * 10;
+  const at::Tensor rot = random_rotation(B, at::kDouble), shift = at::randn({B, 3}, at::kDouble) * 20;
+  at::Tensor x = move(target, rot, shift);
+  at::Tensor w = at::rand({B, A}, at::kDouble) + 0.1;
+  // Atoms with zero weight may be anywhere: they must not move the solution.
+  w.narrow(1, 0, 5).zero_();
+  x.narrow(1, 0, 5).add_(at::randn({B, 5, 3}, at::kDouble) * 100);
+  const at::Tensor aligned = weighted_rigid_align(x, target, w);
+  const at::Tensor err = (aligned - target).narrow(1, 5, A - 5).abs().max();
+  EXPECT_LT(err.item<double>(), 1e-9 * target.abs().max().item<double>());
+  EXPECT_FALSE(aligned.requires_grad());
+}
+
+TEST_F(StructureLosses, RigidAlignNeverReturnsAMirrorImage) {
+  const int64_t B = 2, A = 20;
+  const at::Tensor target = at::randn({B, A, 3}, at::kDouble);
+  at::Tensor mirrored = target.clone();
+  mirrored.select(2, 0).neg_();  // a reflection: no rotation maps it back
+  const at::Tensor aligned = weighted_rigid_align(mirrored, target, at::ones({B, A}, at::kDouble));
+  // The result is a rotated copy of `mirrored` (distances kept), still chiral-opposite.
+  auto dist = [](const at::Tensor& x) { return (x.unsqueeze(2) - x.unsqueeze(1)).pow(2).sum(-1).sqrt(); };
+  EXPECT_TRUE(at::allclose(dist(aligned), dist(mirrored), 1e-9, 1e-9));
+  auto volume = [](const at::Tensor& x) {  // signed volume of the first tetrahedron
+    const at::Tensor a = x.select(1, 1) - x.select(1, 0), b = x.select(1, 2) - x.select(1, 0),
+                     c = x.select(1, 3) - x.select(1, 0);
+    return (at::linalg_cross(a, b) * c).sum(-1);
+  };
+  EXPECT_TRUE(at::equal(at::sign(volume(aligned)), at::sign(volume(mirrored))));
+}
+
+TEST_F(StructureLosses, LddtHandComputedCases) {
+  // Four atoms in four residues on a line, 3 A apart; the prediction moves the last atom out
+  // by 0.7 A: its three pairs keep thresholds 1, 2, 4 (3/4), the other three pairs all four.
+  const at::Tensor ref = at::tensor({0., 0., 0., 3., 0., 0., 6., 0., 0., 9., 0., 0.}, at::kDouble).view({1, 4, 3});
+  at::Tensor pred = ref.clone();
+  pred[0][3][0] = 9.7;
+  const at::Tensor mask = at::ones({1, 4}, at::kDouble);
+  const at::Tensor residue = at::arange(4, at::kLong).view({1, 4});
+  const Lddt all = lddt(pred, ref, mask, residue);
+  EXPECT_NEAR(all.score.item<double>(), (3 * 1.0 + 3 * 0.75) / 6, 1e-12);
+  EXPECT_EQ(all.pairs.item<double>(), 12);
+  // Radius 8: the 9 A pair (0, 3) is not scored: (3 * 1 + 2 * 0.75) / 5.
+  EXPECT_NEAR(lddt(pred, ref, mask, residue, 8.0).score.item<double>(), 4.5 / 5, 1e-12);
+  // Atoms 2 and 3 in one residue: their pair is not scored, nor is a masked atom's.
+  const at::Tensor same = at::tensor({0, 1, 2, 2}, at::kLong).view({1, 4});
+  EXPECT_NEAR(lddt(pred, ref, mask, same).score.item<double>(), (3 * 1.0 + 2 * 0.75) / 5, 1e-12);
+  const at::Tensor drop_last = at::tensor({1., 1., 1., 0.}, at::kDouble).view({1, 4});
+  EXPECT_NEAR(lddt(pred, ref, drop_last, residue).score.item<double>(), 1.0, 1e-12);
+  // No scored pair at all: score 0 with 0 pairs, not NaN.
+  const Lddt none = lddt(pred, ref, at::zeros({1, 4}, at::kDouble), residue);
+  EXPECT_EQ(none.score.item<double>(), 0.0);
+  EXPECT_EQ(none.pairs.item<double>(), 0.0);
+}
+
+TEST_F(StructureLosses, LossesAreInvariantToRigidMotions) {
+  const int64_t B = 2, A = 29;
+  const at::Tensor gt = at::randn({B, A, 3}, at::kDouble) * 6;
+  const at::Tensor pred = gt + at::randn({B, A, 3}, at::kDouble);
+  at::Tensor mask = (at::rand({B, A}, at::kDouble) > 0.2).to(at::kDouble);
+  const at::Tensor w = 1 + 5 * (at::rand({B, A}, at::kDouble) > 0.8).to(at::kDouble);
+  const at::Tensor rot = random_rotation(B, at::kDouble), shift = at::randn({B, 3}, at::kDouble) * 30;
+  const at::Tensor moved = move(pred, rot, shift);
+  const double mse = aligned_mse_loss(pred, gt, w, mask).item<double>();
+  EXPECT_GT(mse, 0.1);
+  EXPECT_NEAR(aligned_mse_loss(moved, gt, w, mask).item<double>(), mse, 1e-9 * mse);
+  EXPECT_NEAR(aligned_mse_loss(pred, move(gt, rot, shift), w, mask).item<double>(), mse, 1e-9 * mse);
+  const double sl = smooth_lddt_loss(pred, gt, mask).item<double>();
+  EXPECT_NEAR(smooth_lddt_loss(moved, gt, mask).item<double>(), sl, 1e-12);
+  const at::Tensor residue = at::arange(A, at::kLong).expand({B, A});
+  EXPECT_TRUE(at::allclose(lddt(moved, gt, mask, residue).score, lddt(pred, gt, mask, residue).score, 0, 1e-12));
+  // A perfect prediction: MSE 0, lDDT 1, smooth lDDT loss 1 - mean_t sigmoid(t).
+  EXPECT_LT(aligned_mse_loss(move(gt, rot, shift), gt, w, mask).item<double>(), 1e-14);
+  EXPECT_NEAR(lddt(gt, gt, mask, residue).score.min().item<double>(), 1.0, 1e-12);
+  double floor = 0;
+  for (double t : {0.5, 1.0, 2.0, 4.0}) floor += 0.25 / (1 + std::exp(-t));
+  EXPECT_NEAR(smooth_lddt_loss(gt, gt, mask).item<double>(), 1 - floor, 1e-12);
+}
+
+TEST_F(StructureLosses, GradientsMatchFiniteDifferences) {
+  const int64_t B = 2, A = 6;
+  const at::Tensor gt = at::randn({B, A, 3}, at::kDouble) * 3;
+  const at::Tensor pred = (gt + at::randn({B, A, 3}, at::kDouble) * 0.7).requires_grad_(true);
+  const at::Tensor mask = at::tensor({1., 1., 1., 1., 0., 1., 1., 1., 1., 1., 1., 1.}, at::kDouble).view({B, A});
+  expect_gradients_match_finite_differences(
+      [&](const std::vector<at::Tensor>& x) { return smooth_lddt_loss(x[0], gt, mask, 6.0); }, {pred});
+  // The alignment is detached, so the MSE gradient is that of a fixed target.
+  expect_gradients_match_finite_differences(
+      [&](const std::vector<at::Tensor>& x) {
+        return ((x[0] - weighted_rigid_align(gt, pred.detach(), mask)).pow(2).sum(-1) * mask).sum();
+      },
+      {pred});
+  const at::Tensor g = torch::autograd::grad({aligned_mse_loss(pred, gt, at::ones_like(mask), mask)}, {pred})[0];
+  const at::Tensor target = weighted_rigid_align(gt, pred.detach(), mask);
+  const at::Tensor expected = 2 * (pred.detach() - target) * mask.unsqueeze(-1) / (3 * mask.sum(1).view({B, 1, 1})) / B;
+  EXPECT_TRUE(at::allclose(g, expected, 1e-10, 1e-12));
+}
+
+TEST_F(StructureLosses, BadShapesAreNamed) {
+  const at::Tensor x = at::zeros({1, 4, 3}), mask = at::ones({1, 5});
+  try {
+    lddt(x, x, mask, at::zeros({1, 5}, at::kLong));
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("lddt: pred: mask must be [B, A]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace megafold::model
