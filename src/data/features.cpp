@@ -2,12 +2,14 @@
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/from_blob.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
 
 #include "core/check.h"
+#include "data/reference_atoms.h"
 
 namespace megafold::data {
 namespace {
@@ -18,6 +20,41 @@ int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 }
 
 }  // namespace
+
+ReferenceFeatures reference_features(const at::Tensor& restype) {
+  MF_CHECK(restype.dim() == 2, "reference_features: restype must be [B, N], got ", restype.sizes());
+  // Lookup tables [kNumTokenTypes, kMaxAtomsPerToken, ...] on the CPU, built once.
+  static const std::array<at::Tensor, 4> tables = [] {
+    constexpr int T = kNumTokenTypes, A = kMaxAtomsPerToken;
+    std::vector<float> pos(T * A * 3, 0.f), charge(T * A, 0.f), mask(T * A, 0.f);
+    std::vector<int64_t> element(T * A, 0);
+    const ReferenceTable& ref = reference_atoms();
+    for (int t = 0; t <= kUnknownAminoAcid; ++t)
+      for (int a = 0; a < A; ++a) {
+        const ReferenceAtom& r = ref[t][a];
+        const int k = t * A + a;
+        element[k] = r.element;
+        charge[k] = static_cast<float>(r.charge);
+        mask[k] = r.element > 0 ? 1.f : 0.f;
+        for (int c = 0; c < 3; ++c) pos[3 * k + c] = r.pos[c];
+      }
+    auto f32 = at::TensorOptions().dtype(at::kFloat);
+    return std::array<at::Tensor, 4>{at::from_blob(pos.data(), {T, A, 3}, f32).clone(),
+                                     at::from_blob(element.data(), {T, A}, at::TensorOptions().dtype(at::kLong)).clone(),
+                                     at::from_blob(charge.data(), {T, A}, f32).clone(),
+                                     at::from_blob(mask.data(), {T, A}, f32).clone()};
+  }();
+  MF_CHECK(restype.numel() == 0 || (restype.min().item<int64_t>() >= 0 && restype.max().item<int64_t>() < kNumTokenTypes),
+           "reference_features: token types must lie in [0, ", kNumTokenTypes, ")");
+  const at::Tensor idx = restype.reshape({-1});
+  auto gather = [&](const at::Tensor& table) {
+    at::Tensor g = table.to(restype.device()).index_select(0, idx);
+    std::vector<int64_t> shape = restype.sizes().vec();
+    for (int64_t d = 1; d < table.dim(); ++d) shape.push_back(table.size(d));
+    return g.view(shape);
+  };
+  return {gather(tables[0]), gather(tables[1]), gather(tables[2]), gather(tables[3])};
+}
 
 std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {
   const int n = e.n_tokens();

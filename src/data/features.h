@@ -30,6 +30,19 @@ struct Batch {
   Batch to(const at::Device& device) const;
 };
 
+// AF3 SI Sec. 2.8 reference features of every atom slot, from each token's type alone
+// (data/reference_atoms.h: CCD ideal conformers).
+struct ReferenceFeatures {
+  at::Tensor pos;      // [B, N, kMaxAtomsPerToken, 3] float, Angstrom, in each residue's CCD frame
+  at::Tensor element;  // [B, N, kMaxAtomsPerToken] int64 atomic number, 0 where there is no atom
+  at::Tensor charge;   // [B, N, kMaxAtomsPerToken] float formal charge
+  at::Tensor mask;     // [B, N, kMaxAtomsPerToken] float, 1 where the token type has the atom
+};
+
+// restype [B, N] int64 (any device) -> features on the same device. Token types without
+// reference atoms (gap, nucleic acids for now) get zero rows.
+ReferenceFeatures reference_features(const at::Tensor& restype);
+
 // Token indices (sorted) of a contiguous crop of at most crop_size tokens
 // (AF-Multimer SI Alg. 1: chains in random order, each gets a random contiguous span within
 // the budget left). Returns all tokens when the entry fits. Deterministic in `seed`.

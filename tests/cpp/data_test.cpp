@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -13,6 +14,7 @@
 #include "core/check.h"
 #include "data/dataset.h"
 #include "data/features.h"
+#include "data/reference_atoms.h"
 #include "data/structure.h"
 
 namespace megafold::data {
@@ -318,6 +320,75 @@ TEST(MmcifWriter, RoundTripsThroughGemmi) {
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find(out), std::string::npos) << err.what();
   }
+}
+
+// Reference atoms (CCD ideal conformers): every slot of the layout and nothing else; known
+// elements and charges; ideal backbone bond lengths; malformed tables name the line.
+TEST(ReferenceAtoms, CoverTheSlotLayoutWithIdealGeometry) {
+  const ReferenceTable& ref = reference_atoms();
+  for (int t = 0; t <= kUnknownAminoAcid; ++t) {
+    SCOPED_TRACE(std::string(amino_acid_name(t)));
+    for (int a = 0; a < kMaxAtomsPerToken; ++a) EXPECT_EQ(ref[t][a].element > 0, !atom_names(t)[a].empty()) << a;
+    EXPECT_EQ(ref[t][kAtomN].element, 7);
+    EXPECT_EQ(ref[t][kAtomCA].element, 6);
+    EXPECT_EQ(ref[t][kAtomO].element, 8);
+    auto dist = [&](int a, int b) {
+      float s = 0;
+      for (int c = 0; c < 3; ++c) s += (ref[t][a].pos[c] - ref[t][b].pos[c]) * (ref[t][a].pos[c] - ref[t][b].pos[c]);
+      return std::sqrt(s);
+    };
+    EXPECT_NEAR(dist(kAtomN, kAtomCA), 1.46, 0.05);
+    EXPECT_NEAR(dist(kAtomCA, kAtomC), 1.52, 0.05);
+    EXPECT_NEAR(dist(kAtomC, kAtomO), 1.23, 0.05);
+  }
+  const int met = amino_acid_index("MET"), lys = amino_acid_index("LYS"), asp = amino_acid_index("ASP");
+  EXPECT_EQ(ref[met][atom_slot(met, "SD")].element, 16);
+  EXPECT_EQ(ref[lys][atom_slot(lys, "NZ")].charge, 1);
+  EXPECT_EQ(ref[asp][atom_slot(asp, "OD2")].charge, 0);  // the CCD's neutral form
+}
+
+TEST(ReferenceAtoms, MalformedTablesNameTheLine) {
+  const std::string good(reference_atoms_tsv());
+  auto error_of_table = [](const std::string& text) {
+    try {
+      parse_reference_atoms(text, "t.tsv");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const size_t first_row = good.find("\nALA\t") + 1;
+  const size_t second_row = good.find('\n', first_row) + 1;
+  const std::string row = good.substr(first_row, second_row - first_row);  // ALA N
+  EXPECT_EQ(error_of_table(good.substr(0, second_row) + row + good.substr(second_row)),
+            "t.tsv:4: atom N of ALA given twice");
+  EXPECT_EQ(error_of_table(good.substr(0, first_row) + good.substr(second_row)), "t.tsv: no reference atom N for ALA");
+  std::string bad = good;
+  bad.replace(bad.find('\t', bad.find("\t", first_row) + 1) + 1, 1, "Q");  // element N -> Q
+  EXPECT_EQ(error_of_table(bad), "t.tsv:3: unknown element 'Q'");
+  EXPECT_EQ(error_of_table(good.substr(0, first_row) + "ALA\tCA\tC\t0\t1.0\tx\t2.0\n"),
+            "t.tsv:3: coordinate 'x' is not a number");
+}
+
+TEST(ReferenceAtoms, FeaturesGatherByTokenType) {
+  const at::Tensor restype = at::tensor({0, 17, 20, kGapToken, 7, 0}, at::kLong).view({2, 3});
+  const ReferenceFeatures f = reference_features(restype);
+  EXPECT_EQ(f.pos.sizes(), (std::vector<int64_t>{2, 3, kMaxAtomsPerToken, 3}));
+  EXPECT_EQ(f.element.sizes(), (std::vector<int64_t>{2, 3, kMaxAtomsPerToken}));
+  const ReferenceTable& ref = reference_atoms();
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < 3; ++i) {
+      const int t = static_cast<int>(restype[b][i].item<int64_t>());
+      for (int a = 0; a < kMaxAtomsPerToken; ++a) {
+        const ReferenceAtom want = t <= kUnknownAminoAcid ? ref[t][a] : ReferenceAtom{};
+        EXPECT_EQ(f.element[b][i][a].item<int64_t>(), want.element);
+        EXPECT_EQ(f.mask[b][i][a].item<float>(), want.element > 0 ? 1.f : 0.f);
+        EXPECT_EQ(f.charge[b][i][a].item<float>(), static_cast<float>(want.charge));
+        for (int c = 0; c < 3; ++c) EXPECT_EQ(f.pos[b][i][a][c].item<float>(), want.pos[c]);
+      }
+    }
+  EXPECT_EQ(f.mask[0][1].sum().item<float>(), 14.f);  // TRP
+  EXPECT_THROW(reference_features(at::full({1, 1}, kNumTokenTypes, at::kLong)), Error);
 }
 
 }  // namespace
