@@ -23,4 +23,14 @@ struct ModelConfig {
   bool checkpoint_blocks = false;    // recompute each block in backward (activation checkpointing)
 };
 
+// Diffusion module sizes (AF3 SI Sec. 3.7, Alg. 20-26). Defaults are AF3's.
+struct DiffusionConfig {
+  int64_t c_token = 768;        // token-level diffusion transformer channels
+  int64_t n_blocks = 24;        // diffusion transformer blocks
+  int64_t heads = 16;           // attention heads of the diffusion transformer
+  int64_t fourier_dim = 256;    // noise-level embedding (Alg. 22)
+  int64_t transition_factor = 2;  // n of the conditioning and conditioned transitions
+  double sigma_data = 16.0;     // EDM data standard deviation, Angstrom
+};
+
 }  // namespace megafold::model

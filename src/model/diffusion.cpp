@@ -1,0 +1,135 @@
+#include "model/diffusion.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/linear.h>
+#include <torch/nn/functional/activation.h>
+
+#include <cmath>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace megafold::model {
+namespace {
+
+at::Tensor ones(int64_t n) { return torch::ones({n}); }
+at::Tensor zeros(int64_t n) { return torch::zeros({n}); }
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  return at::layer_norm(x, {x.size(-1)}, w, b);
+}
+
+}  // namespace
+
+FourierEmbeddingImpl::FourierEmbeddingImpl(int64_t dim) {
+  w_ = register_buffer("w", torch::randn({dim}));
+  b_ = register_buffer("b", torch::randn({dim}));
+}
+
+at::Tensor FourierEmbeddingImpl::forward(const at::Tensor& t) {
+  return torch::cos(2 * M_PI * (t.unsqueeze(-1) * w_ + b_));
+}
+
+AdaptiveLayerNormImpl::AdaptiveLayerNormImpl(int64_t c_a, int64_t c_s) {
+  ln_s_w_ = register_parameter("ln_s_weight", ones(c_s));
+  w_gain_ = register_parameter("w_gain", lecun_normal(c_a, c_s));
+  b_gain_ = register_parameter("b_gain", zeros(c_a));
+  w_shift_ = register_parameter("w_shift", torch::zeros({c_a, c_s}));
+}
+
+at::Tensor AdaptiveLayerNormImpl::forward(const at::Tensor& a, const at::Tensor& s) {
+  const at::Tensor a_n = at::layer_norm(a, {a.size(-1)});
+  const at::Tensor s_n = layer_norm(s, ln_s_w_);
+  return torch::sigmoid(at::linear(s_n, w_gain_, b_gain_)) * a_n + at::linear(s_n, w_shift_);
+}
+
+ConditionedTransitionImpl::ConditionedTransitionImpl(int64_t c_a, int64_t c_s, int64_t n) {
+  ada_ = register_module("ada_ln", AdaptiveLayerNorm(c_a, c_s));
+  w_ab_ = register_parameter("w_ab", lecun_normal(2 * n * c_a, c_a));
+  w_out_ = register_parameter("w_out", torch::zeros({c_a, n * c_a}));
+  w_gate_ = register_parameter("w_gate", torch::zeros({c_a, c_s}));
+  b_gate_ = register_parameter("b_gate", torch::full({c_a}, -2.0));
+}
+
+at::Tensor ConditionedTransitionImpl::forward(const at::Tensor& a, const at::Tensor& s) {
+  const auto ab = at::linear(ada_(a, s), w_ab_).chunk(2, -1);
+  const at::Tensor b = torch::silu(ab[0]) * ab[1];
+  return torch::sigmoid(at::linear(s, w_gate_, b_gate_)) * at::linear(b, w_out_);
+}
+
+ConditionedAttentionImpl::ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t heads)
+    : heads_(heads) {
+  TORCH_CHECK(c_a % heads == 0, "ConditionedAttention: c_a = ", c_a, " is not a multiple of ", heads, " heads");
+  ada_ = register_module("ada_ln", AdaptiveLayerNorm(c_a, c_s));
+  w_qkvg_ = register_parameter("w_qkvg", lecun_normal(4 * c_a, c_a));
+  b_q_ = register_parameter("b_q", zeros(c_a));
+  ln_z_w_ = register_parameter("ln_z_weight", ones(c_z));
+  ln_z_b_ = register_parameter("ln_z_bias", zeros(c_z));
+  w_z_ = register_parameter("w_z", lecun_normal(heads, c_z));
+  w_o_ = register_parameter("w_o", torch::zeros({c_a, c_a}));
+  w_gate_ = register_parameter("w_gate", torch::zeros({c_a, c_s}));
+  b_gate_ = register_parameter("b_gate", torch::full({c_a}, -2.0));
+}
+
+at::Tensor ConditionedAttentionImpl::forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& z,
+                                             const at::Tensor& mask, const at::Tensor& beta) {
+  const int64_t B = a.size(0), N = a.size(1), c_a = a.size(2), H = heads_, d = c_a / H;
+  // Only q carries a bias (AF3 SI Alg. 24).
+  const at::Tensor qkvg_bias = at::cat({b_q_, torch::zeros({3 * c_a}, b_q_.options())});
+  const at::Tensor qkvg = at::linear(ada_(a, s), w_qkvg_, qkvg_bias).view({B, 1, N, 4, H, d});
+  at::Tensor bias = at::linear(layer_norm(z, ln_z_w_, ln_z_b_), w_z_).permute({0, 3, 1, 2});  // [B, H, N, N]
+  if (beta.defined()) bias = bias + beta;
+  const at::Tensor o = ops::triangle_attention(qkvg.select(3, 0), qkvg.select(3, 1), qkvg.select(3, 2), bias,
+                                               mask.view({B, 1, N}), qkvg.select(3, 3));  // [B, 1, N, H, d]
+  return torch::sigmoid(at::linear(s, w_gate_, b_gate_)) * at::linear(o.reshape({B, N, c_a}), w_o_);
+}
+
+DiffusionTransformerImpl::DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks,
+                                                   int64_t heads, int64_t n) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    attn_.push_back(register_module("attn_" + std::to_string(i), ConditionedAttention(c_a, c_s, c_z, heads)));
+    transition_.push_back(register_module("transition_" + std::to_string(i), ConditionedTransition(c_a, c_s, n)));
+  }
+}
+
+at::Tensor DiffusionTransformerImpl::forward(at::Tensor a, const at::Tensor& s, const at::Tensor& z,
+                                             const at::Tensor& mask, const at::Tensor& beta) {
+  for (size_t i = 0; i < attn_.size(); ++i) {
+    a = a + attn_[i](a, s, z, mask, beta);
+    a = a + transition_[i](a, s);
+  }
+  return a;
+}
+
+DiffusionConditioningImpl::DiffusionConditioningImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_s_inputs,
+                                                     int64_t c_z)
+    : sigma_data_(cfg.sigma_data) {
+  ln_z_w_ = register_parameter("ln_z_weight", ones(2 * c_z));
+  ln_z_b_ = register_parameter("ln_z_bias", zeros(2 * c_z));
+  w_z_ = register_parameter("w_z", lecun_normal(c_z, 2 * c_z));
+  ln_s_w_ = register_parameter("ln_s_weight", ones(c_s + c_s_inputs));
+  ln_s_b_ = register_parameter("ln_s_bias", zeros(c_s + c_s_inputs));
+  w_s_ = register_parameter("w_s", lecun_normal(c_s, c_s + c_s_inputs));
+  fourier_ = register_module("fourier", FourierEmbedding(cfg.fourier_dim));
+  ln_n_w_ = register_parameter("ln_n_weight", ones(cfg.fourier_dim));
+  ln_n_b_ = register_parameter("ln_n_bias", zeros(cfg.fourier_dim));
+  w_n_ = register_parameter("w_n", lecun_normal(c_s, cfg.fourier_dim));
+  for (int i = 0; i < 2; ++i) {
+    z_trans_[i] = register_module("z_transition_" + std::to_string(i), Transition(c_z, cfg.transition_factor));
+    s_trans_[i] = register_module("s_transition_" + std::to_string(i), Transition(c_s, cfg.transition_factor));
+  }
+}
+
+Conditioning DiffusionConditioningImpl::forward(const at::Tensor& t, const at::Tensor& s_inputs,
+                                                const at::Tensor& s_trunk, const at::Tensor& z_trunk,
+                                                const at::Tensor& relpos) {
+  at::Tensor z = at::linear(layer_norm(at::cat({z_trunk, relpos}, -1), ln_z_w_, ln_z_b_), w_z_);
+  for (auto& tr : z_trans_) z = z + tr(z);
+  at::Tensor s = at::linear(layer_norm(at::cat({s_trunk, s_inputs}, -1), ln_s_w_, ln_s_b_), w_s_);
+  const at::Tensor n = fourier_(0.25 * at::log(t / sigma_data_));  // [B, fourier_dim]
+  s = s + at::linear(layer_norm(n, ln_n_w_, ln_n_b_), w_n_).unsqueeze(1);
+  for (auto& tr : s_trans_) s = s + tr(s);
+  return {s, z};
+}
+
+}  // namespace megafold::model

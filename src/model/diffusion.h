@@ -1,0 +1,99 @@
+#pragma once
+// Token-level parts of the AF3 diffusion module (SI Sec. 3.7): noise-level embedding,
+// diffusion conditioning, adaptive LayerNorm, the conditioned transition and attention with
+// pair bias, and the diffusion transformer that stacks them. The atom-level encoder/decoder
+// (Alg. 5-7) and the module's assembly (Alg. 20) build on these.
+#include <torch/nn/module.h>
+
+#include "model/config.h"
+#include "model/layers.h"
+
+namespace megafold::model {
+
+// AF3 SI Alg. 22: cos(2 pi (t w + b)) with w, b drawn once from N(0, 1) (buffers, so a
+// checkpoint carries them). t [...] -> [..., dim].
+class FourierEmbeddingImpl : public torch::nn::Module {
+ public:
+  explicit FourierEmbeddingImpl(int64_t dim);
+  at::Tensor forward(const at::Tensor& t);
+ private:
+  at::Tensor w_, b_;
+};
+TORCH_MODULE(FourierEmbedding);
+
+// AF3 SI Alg. 26: a' = sigmoid(Linear(LN_s(s))) * LN(a) + LinearNoBias(LN_s(s)), where LN(a)
+// has no affine parameters and LN_s only a scale. a [..., c_a], s [..., c_s].
+class AdaptiveLayerNormImpl : public torch::nn::Module {
+ public:
+  AdaptiveLayerNormImpl(int64_t c_a, int64_t c_s);
+  at::Tensor forward(const at::Tensor& a, const at::Tensor& s);
+ private:
+  at::Tensor ln_s_w_, w_gain_, b_gain_, w_shift_;
+};
+TORCH_MODULE(AdaptiveLayerNorm);
+
+// AF3 SI Alg. 25: AdaLN, SwiGLU (n * c_a hidden), output gated by sigmoid(Linear(s)) with the
+// gate bias at -2 so that a fresh block starts near the identity. Returns the branch only.
+class ConditionedTransitionImpl : public torch::nn::Module {
+ public:
+  ConditionedTransitionImpl(int64_t c_a, int64_t c_s, int64_t n);
+  at::Tensor forward(const at::Tensor& a, const at::Tensor& s);
+ private:
+  AdaptiveLayerNorm ada_{nullptr};
+  at::Tensor w_ab_, w_out_, w_gate_, b_gate_;
+};
+TORCH_MODULE(ConditionedTransition);
+
+// AF3 SI Alg. 24 with conditioning: AdaLN on a, pair bias LinearNoBias(LN(z)) plus an
+// optional additive bias beta [B, H, N, N] (the atom transformer's locality mask), sigmoid
+// gate from a, output gated by sigmoid(Linear(s)) (bias -2). Runs the shared attention core
+// (ops::triangle_attention with one row). Returns the branch only.
+class ConditionedAttentionImpl : public torch::nn::Module {
+ public:
+  ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t heads);
+  // a [B, N, c_a], s [B, N, c_s], z [B, N, N, c_z], mask [B, N] -> [B, N, c_a]
+  at::Tensor forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& z, const at::Tensor& mask,
+                     const at::Tensor& beta = {});
+ private:
+  int64_t heads_;
+  AdaptiveLayerNorm ada_{nullptr};
+  at::Tensor w_qkvg_, b_q_, ln_z_w_, ln_z_b_, w_z_, w_o_, w_gate_, b_gate_;
+};
+TORCH_MODULE(ConditionedAttention);
+
+// AF3 SI Alg. 23: blocks of a += attention(a, s, z, beta); a += transition(a, s). (The SI's
+// pseudo-code omits the first residual; Protenix and Boltz add it, as here.)
+class DiffusionTransformerImpl : public torch::nn::Module {
+ public:
+  DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks, int64_t heads, int64_t n);
+  at::Tensor forward(at::Tensor a, const at::Tensor& s, const at::Tensor& z, const at::Tensor& mask,
+                     const at::Tensor& beta = {});
+ private:
+  std::vector<ConditionedAttention> attn_;
+  std::vector<ConditionedTransition> transition_;
+};
+TORCH_MODULE(DiffusionTransformer);
+
+// AF3 SI Alg. 21: pair conditioning from the trunk pair and relative positions, single
+// conditioning from the trunk and input singles plus the Fourier embedding of the noise level
+// 1/4 log(t / sigma_data), each refined by two transitions.
+struct Conditioning {
+  at::Tensor s;  // [B, N, c_s]
+  at::Tensor z;  // [B, N, N, c_z]
+};
+class DiffusionConditioningImpl : public torch::nn::Module {
+ public:
+  DiffusionConditioningImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_s_inputs, int64_t c_z);
+  // t [B] noise levels (Angstrom); s_inputs [B, N, c_s_inputs]; s_trunk [B, N, c_s];
+  // z_trunk, relpos [B, N, N, c_z].
+  Conditioning forward(const at::Tensor& t, const at::Tensor& s_inputs, const at::Tensor& s_trunk,
+                       const at::Tensor& z_trunk, const at::Tensor& relpos);
+ private:
+  double sigma_data_;
+  at::Tensor ln_z_w_, ln_z_b_, w_z_, ln_s_w_, ln_s_b_, w_s_, ln_n_w_, ln_n_b_, w_n_;
+  FourierEmbedding fourier_{nullptr};
+  Transition z_trans_[2] = {nullptr, nullptr}, s_trans_[2] = {nullptr, nullptr};
+};
+TORCH_MODULE(DiffusionConditioning);
+
+}  // namespace megafold::model
