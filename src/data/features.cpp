@@ -24,10 +24,10 @@ int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 ReferenceFeatures reference_features(const at::Tensor& restype) {
   MF_CHECK(restype.dim() == 2, "reference_features: restype must be [B, N], got ", restype.sizes());
   // Lookup tables [kNumTokenTypes, kMaxAtomsPerToken, ...] on the CPU, built once.
-  static const std::array<at::Tensor, 4> tables = [] {
+  static const std::array<at::Tensor, 5> tables = [] {
     constexpr int T = kNumTokenTypes, A = kMaxAtomsPerToken;
     std::vector<float> pos(T * A * 3, 0.f), charge(T * A, 0.f), mask(T * A, 0.f);
-    std::vector<int64_t> element(T * A, 0);
+    std::vector<int64_t> element(T * A, 0), chars(T * A * 4, 0);
     const ReferenceTable& ref = reference_atoms();
     for (int t = 0; t <= kUnknownAminoAcid; ++t)
       for (int a = 0; a < A; ++a) {
@@ -37,12 +37,16 @@ ReferenceFeatures reference_features(const at::Tensor& restype) {
         charge[k] = static_cast<float>(r.charge);
         mask[k] = r.element > 0 ? 1.f : 0.f;
         for (int c = 0; c < 3; ++c) pos[3 * k + c] = r.pos[c];
+        const std::string_view name = atom_names(t)[a];
+        for (size_t c = 0; c < name.size() && c < 4; ++c) chars[4 * k + c] = (name[c] - 32) & 63;
       }
     auto f32 = at::TensorOptions().dtype(at::kFloat);
-    return std::array<at::Tensor, 4>{at::from_blob(pos.data(), {T, A, 3}, f32).clone(),
-                                     at::from_blob(element.data(), {T, A}, at::TensorOptions().dtype(at::kLong)).clone(),
+    const auto i64 = at::TensorOptions().dtype(at::kLong);
+    return std::array<at::Tensor, 5>{at::from_blob(pos.data(), {T, A, 3}, f32).clone(),
+                                     at::from_blob(element.data(), {T, A}, i64).clone(),
                                      at::from_blob(charge.data(), {T, A}, f32).clone(),
-                                     at::from_blob(mask.data(), {T, A}, f32).clone()};
+                                     at::from_blob(mask.data(), {T, A}, f32).clone(),
+                                     at::from_blob(chars.data(), {T, A, 4}, i64).clone()};
   }();
   MF_CHECK(restype.numel() == 0 || (restype.min().item<int64_t>() >= 0 && restype.max().item<int64_t>() < kNumTokenTypes),
            "reference_features: token types must lie in [0, ", kNumTokenTypes, ")");
@@ -53,7 +57,7 @@ ReferenceFeatures reference_features(const at::Tensor& restype) {
     for (int64_t d = 1; d < table.dim(); ++d) shape.push_back(table.size(d));
     return g.view(shape);
   };
-  return {gather(tables[0]), gather(tables[1]), gather(tables[2]), gather(tables[3])};
+  return {gather(tables[0]), gather(tables[1]), gather(tables[2]), gather(tables[3]), gather(tables[4])};
 }
 
 std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {

@@ -37,6 +37,8 @@ struct ReferenceFeatures {
   at::Tensor element;  // [B, N, kMaxAtomsPerToken] int64 atomic number, 0 where there is no atom
   at::Tensor charge;   // [B, N, kMaxAtomsPerToken] float formal charge
   at::Tensor mask;     // [B, N, kMaxAtomsPerToken] float, 1 where the token type has the atom
+  at::Tensor name_chars;  // [B, N, kMaxAtomsPerToken, 4] int64: the atom name's characters as
+                          // ASCII - 32 (0..63; 0 pads names shorter than 4), AF3's ref_atom_name_chars
 };
 
 // restype [B, N] int64 (any device) -> features on the same device. Token types without

@@ -31,6 +31,10 @@ struct DiffusionConfig {
   int64_t fourier_dim = 256;    // noise-level embedding (Alg. 22)
   int64_t transition_factor = 2;  // n of the conditioning and conditioned transitions
   double sigma_data = 16.0;     // EDM data standard deviation, Angstrom
+  int64_t c_atom = 128;         // atom single channels (Alg. 5)
+  int64_t c_atompair = 16;      // atom pair channels
+  int64_t atom_blocks = 3;      // atom transformer blocks in the encoder and in the decoder
+  int64_t atom_heads = 4;
 };
 
 }  // namespace megafold::model

@@ -388,6 +388,10 @@ TEST(ReferenceAtoms, FeaturesGatherByTokenType) {
       }
     }
   EXPECT_EQ(f.mask[0][1].sum().item<float>(), 14.f);  // TRP
+  // ALA's CB: 'C' 'B' then padding; TRP's CZ3 (slot 12): 'C' 'Z' '3'.
+  EXPECT_TRUE(at::equal(f.name_chars[0][0][kAtomCB], at::tensor({'C' - 32, 'B' - 32, 0, 0}, at::kLong)));
+  EXPECT_TRUE(at::equal(f.name_chars[0][1][12], at::tensor({'C' - 32, 'Z' - 32, '3' - 32, 0}, at::kLong)));
+  EXPECT_EQ(f.name_chars[1][0].abs().sum().item<int64_t>(), 0);  // gap token: no atoms
   EXPECT_THROW(reference_features(at::full({1, 1}, kNumTokenTypes, at::kLong)), Error);
 }
 

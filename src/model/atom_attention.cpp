@@ -1,0 +1,189 @@
+#include "model/atom_attention.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/check.h"
+#include "data/residue_constants.h"
+#include "model/layers.h"
+
+namespace megafold::model {
+namespace {
+
+using data::kMaxAtomsPerToken;
+constexpr int64_t kElements = 128, kNameChars = 4, kCharClasses = 64;
+// AF3 SI Alg. 5 line 1: ref_pos (3), ref_charge (1), ref_mask (1), ref_element (128 one-hot),
+// ref_atom_name_chars (4 x 64 one-hot).
+constexpr int64_t kAtomFeatures = 3 + 1 + 1 + kElements + kNameChars * kCharClasses;
+
+at::Tensor ones(int64_t n) { return torch::ones({n}); }
+at::Tensor zeros(int64_t n) { return torch::zeros({n}); }
+
+// Per-token rows repeated for each of the token's atom slots: [B, N, c] -> [B, A, c].
+at::Tensor to_atoms(const at::Tensor& x) { return x.repeat_interleave(kMaxAtomsPerToken, 1); }
+
+}  // namespace
+
+AtomWindows::AtomWindows(int64_t n_atoms, const at::Device& device) : atoms(n_atoms) {
+  MF_CHECK(n_atoms > 0, "AtomWindows: no atoms");
+  blocks = (n_atoms + kQueries - 1) / kQueries;
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(device);
+  // Keys of block b: the 128 atoms centred on the block's 32 queries, [32b - 48, 32b + 80).
+  const at::Tensor idx =
+      (at::arange(blocks, i64) * kQueries + kQueries / 2 - kKeys / 2).unsqueeze(1) + at::arange(kKeys, i64);
+  valid = (idx >= 0) & (idx < n_atoms);
+  keys = idx.clamp(0, n_atoms - 1);
+}
+
+at::Tensor AtomWindows::queries(const at::Tensor& x) const {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[1] = blocks * kQueries - atoms;
+  const at::Tensor padded = shape[1] > 0 ? at::cat({x, at::zeros(shape, x.options())}, 1) : x;
+  shape = x.sizes().vec();
+  shape[1] = kQueries;
+  shape.insert(shape.begin() + 1, blocks);
+  return padded.view(shape);
+}
+
+at::Tensor AtomWindows::keys_of(const at::Tensor& x) const {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[1] = kKeys;
+  shape.insert(shape.begin() + 1, blocks);
+  return x.index_select(1, keys.reshape({-1})).view(shape);
+}
+
+at::Tensor AtomWindows::unblock(const at::Tensor& x) const { return x.flatten(1, 2).narrow(1, 0, atoms); }
+
+WindowedAttentionImpl::WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads) : heads_(heads) {
+  MF_CHECK(c_q % heads == 0, "WindowedAttention: c_q = ", c_q, " is not a multiple of ", heads, " heads");
+  ada_ = register_module("ada_ln", AdaptiveLayerNorm(c_q, c_q));
+  w_qkvg_ = register_parameter("w_qkvg", lecun_normal(4 * c_q, c_q));
+  b_q_ = register_parameter("b_q", zeros(c_q));
+  ln_p_w_ = register_parameter("ln_p_weight", ones(c_p));
+  ln_p_b_ = register_parameter("ln_p_bias", zeros(c_p));
+  w_p_ = register_parameter("w_p", lecun_normal(heads, c_p));
+  w_o_ = register_parameter("w_o", torch::zeros({c_q, c_q}));
+  w_gate_ = register_parameter("w_gate", torch::zeros({c_q, c_q}));
+  b_gate_ = register_parameter("b_gate", torch::full({c_q}, -2.0));
+}
+
+at::Tensor WindowedAttentionImpl::forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& p,
+                                          const at::Tensor& mask, const AtomWindows& w) {
+  const int64_t B = q.size(0), A = q.size(1), c_q = q.size(2), H = heads_, d = c_q / H;
+  const at::Tensor bias_q = at::cat({b_q_, torch::zeros({3 * c_q}, b_q_.options())});
+  const at::Tensor proj = at::linear(ada_(q, c), w_qkvg_, bias_q).view({B, A, 4, H, d});
+  const at::Tensor qs = w.queries(proj.select(2, 0));  // [B, blocks, 32, H, d]
+  const at::Tensor ks = w.keys_of(proj.select(2, 1)), vs = w.keys_of(proj.select(2, 2));  // [B, blocks, 128, H, d]
+  const at::Tensor pair = at::linear(at::layer_norm(p, {p.size(-1)}, ln_p_w_, ln_p_b_), w_p_);  // [B, bl, 32, 128, H]
+  at::Tensor logits = at::einsum("bnqhd,bnkhd->bnhqk", {qs, ks}) / std::sqrt(static_cast<double>(d)) +
+                      pair.permute({0, 1, 4, 2, 3});
+  // Keys outside [0, A) or without an atom are masked; every real atom sees at least itself.
+  const at::Tensor key_ok = w.valid.unsqueeze(0) & (w.keys_of(mask) > 0);  // [B, blocks, 128]
+  logits = logits.masked_fill(key_ok.logical_not().view({B, w.blocks, 1, 1, AtomWindows::kKeys}), -1e9);
+  const at::Tensor probs = at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat));
+  const at::Tensor o = w.unblock(at::einsum("bnhqk,bnkhd->bnqhd", {probs.to(vs.scalar_type()), vs}));  // [B, A, H, d]
+  const at::Tensor gated = (at::sigmoid(proj.select(2, 3)) * o).reshape({B, A, c_q});
+  return at::sigmoid(at::linear(c, w_gate_, b_gate_)) * at::linear(gated, w_o_);
+}
+
+AtomTransformerImpl::AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    attn_.push_back(register_module("attn_" + std::to_string(i), WindowedAttention(c_q, c_p, heads)));
+    transition_.push_back(register_module("transition_" + std::to_string(i), ConditionedTransition(c_q, c_q, 2)));
+  }
+}
+
+at::Tensor AtomTransformerImpl::forward(at::Tensor q, const at::Tensor& c, const at::Tensor& p,
+                                        const at::Tensor& mask, const AtomWindows& w) {
+  for (size_t i = 0; i < attn_.size(); ++i) {
+    q = q + attn_[i](q, c, p, mask, w);
+    q = q + transition_[i](q, c);
+  }
+  return q;
+}
+
+AtomAttentionEncoderImpl::AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z)
+    : c_token_(cfg.c_token) {
+  const int64_t ca = cfg.c_atom, cp = cfg.c_atompair;
+  w_feat_ = register_parameter("w_feat", lecun_normal(ca, kAtomFeatures));
+  w_d_ = register_parameter("w_d", lecun_normal(cp, 3));
+  w_inv_ = register_parameter("w_inv", lecun_normal(cp, 1));
+  w_v_ = register_parameter("w_v", lecun_normal(cp, 1));
+  ln_s_w_ = register_parameter("ln_s_weight", ones(c_s));
+  ln_s_b_ = register_parameter("ln_s_bias", zeros(c_s));
+  w_s_ = register_parameter("w_s", lecun_normal(ca, c_s));
+  ln_z_w_ = register_parameter("ln_z_weight", ones(c_z));
+  ln_z_b_ = register_parameter("ln_z_bias", zeros(c_z));
+  w_z_ = register_parameter("w_z", lecun_normal(cp, c_z));
+  w_r_ = register_parameter("w_r", lecun_normal(ca, 3));
+  w_cl_ = register_parameter("w_cl", lecun_normal(cp, ca));
+  w_cm_ = register_parameter("w_cm", lecun_normal(cp, ca));
+  w_mlp1_ = register_parameter("w_mlp1", lecun_normal(cp, cp));
+  w_mlp2_ = register_parameter("w_mlp2", lecun_normal(cp, cp));
+  w_mlp3_ = register_parameter("w_mlp3", torch::zeros({cp, cp}));
+  w_a_ = register_parameter("w_a", lecun_normal(cfg.c_token, ca));
+  transformer_ = register_module("transformer", AtomTransformer(ca, cp, cfg.atom_blocks, cfg.atom_heads));
+}
+
+AtomEncoding AtomAttentionEncoderImpl::forward(const data::ReferenceFeatures& ref, const at::Tensor& atom_mask,
+                                               const at::Tensor& r, const at::Tensor& s_trunk, const at::Tensor& z,
+                                               const AtomWindows& w) {
+  const int64_t B = ref.pos.size(0), N = ref.pos.size(1), A = N * kMaxAtomsPerToken;
+  MF_CHECK(w.atoms == A, "AtomAttentionEncoder: windows for ", w.atoms, " atoms, features for ", A);
+  MF_CHECK(atom_mask.dim() == 2 && atom_mask.size(0) == B && atom_mask.size(1) == A,
+           "AtomAttentionEncoder: atom_mask must be [B, A] = [", B, ", ", A, "], got ", atom_mask.sizes());
+  const auto opts = w_feat_.options();
+  // Line 1: atom single features.
+  const at::Tensor feat = at::cat({ref.pos.to(opts), ref.charge.unsqueeze(-1).to(opts), ref.mask.unsqueeze(-1).to(opts),
+                                   at::one_hot(ref.element, kElements).to(opts),
+                                   at::one_hot(ref.name_chars, kCharClasses).flatten(-2).to(opts)},
+                                  -1);
+  at::Tensor c = at::linear(feat.view({B, A, kAtomFeatures}), w_feat_);  // [B, A, c_atom]
+  // Lines 2-6: pair features inside the windows, only between atoms of one token (one
+  // reference conformer).
+  const at::Tensor pos = ref.pos.to(opts).view({B, A, 3});
+  const at::Tensor d = w.queries(pos).unsqueeze(3) - w.keys_of(pos).unsqueeze(2);  // [B, bl, 32, 128, 3]
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(pos.device());
+  const at::Tensor tok_q = at::floor_divide(at::arange(w.blocks * AtomWindows::kQueries, i64), kMaxAtomsPerToken)
+                               .clamp_max(N - 1).view({w.blocks, AtomWindows::kQueries});
+  const at::Tensor tok_k = at::floor_divide(w.keys, kMaxAtomsPerToken);  // [bl, 128]
+  const at::Tensor same = ((tok_q.unsqueeze(2) == tok_k.unsqueeze(1)) & w.valid.unsqueeze(1)).to(opts).unsqueeze(-1);
+  at::Tensor p = (at::linear(d, w_d_) + at::linear(1 / (1 + d.pow(2).sum(-1, true)), w_inv_) + at::linear(same, w_v_)) *
+                 same;  // [B, bl, 32, 128, c_atompair]
+  at::Tensor q = c;
+  if (r.defined()) {  // lines 8-12: the trunk's conditioning and the noisy positions
+    c = c + to_atoms(at::linear(at::layer_norm(s_trunk, {s_trunk.size(-1)}, ln_s_w_, ln_s_b_), w_s_));
+    const at::Tensor zp = at::linear(at::layer_norm(z, {z.size(-1)}, ln_z_w_, ln_z_b_), w_z_);  // [B, N, N, cp]
+    p = p + zp.index({at::indexing::Slice(), tok_q.unsqueeze(-1), tok_k.unsqueeze(1)});
+    q = c + at::linear(r, w_r_);
+  }
+  // Lines 13-14.
+  p = p + at::linear(at::relu(w.queries(c)), w_cl_).unsqueeze(3) + at::linear(at::relu(w.keys_of(c)), w_cm_).unsqueeze(2);
+  p = p + at::linear(at::relu(at::linear(at::relu(at::linear(at::relu(p), w_mlp1_)), w_mlp2_)), w_mlp3_);
+  q = transformer_(q, c, p, atom_mask, w);
+  // Line 15: mean over each token's atoms.
+  const at::Tensor m = atom_mask.to(opts).view({B, N, kMaxAtomsPerToken, 1});
+  const at::Tensor per_atom = at::relu(at::linear(q, w_a_)).view({B, N, kMaxAtomsPerToken, c_token_});
+  const at::Tensor a = (per_atom * m).sum(2) / m.sum(2).clamp_min(1);
+  return {a, q, c, p};
+}
+
+AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg) {
+  w_a_ = register_parameter("w_a", lecun_normal(cfg.c_atom, cfg.c_token));
+  ln_w_ = register_parameter("ln_weight", ones(cfg.c_atom));
+  ln_b_ = register_parameter("ln_bias", zeros(cfg.c_atom));
+  w_out_ = register_parameter("w_out", torch::zeros({3, cfg.c_atom}));
+  transformer_ = register_module("transformer", AtomTransformer(cfg.c_atom, cfg.c_atompair, cfg.atom_blocks, cfg.atom_heads));
+}
+
+at::Tensor AtomAttentionDecoderImpl::forward(const at::Tensor& a, const AtomEncoding& skip, const at::Tensor& atom_mask,
+                                             const AtomWindows& w) {
+  at::Tensor q = to_atoms(at::linear(a, w_a_)) + skip.q_skip;
+  q = transformer_(q, skip.c_skip, skip.p_skip, atom_mask, w);
+  return at::linear(at::layer_norm(q, {q.size(-1)}, ln_w_, ln_b_), w_out_);
+}
+
+}  // namespace megafold::model

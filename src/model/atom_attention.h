@@ -1,0 +1,101 @@
+#pragma once
+// Atom level of the AF3 diffusion module (SI Alg. 5-7): sequence-local atom attention, the
+// atom transformer, and the atom attention encoder (atoms -> tokens) and decoder (tokens ->
+// atom position updates).
+//
+// Atoms are the dense slots of data::Batch flattened: atom l = token l / kMaxAtomsPerToken,
+// slot l % kMaxAtomsPerToken, A = N * kMaxAtomsPerToken, with a mask for slots that hold no
+// atom. (AF3 lists only real atoms; the empty slots here make each 128-key window cover ~9
+// tokens instead of ~15. Compacting the list is a later optimisation.) Atom pairs exist only
+// inside the windows: queries in blocks of 32, each attending to the 128 atoms centred on
+// its block, so pair tensors are [B, n_blocks, 32, 128, c], not A x A.
+#include <torch/nn/module.h>
+
+#include "data/features.h"
+#include "model/config.h"
+#include "model/diffusion.h"
+
+namespace megafold::model {
+
+// Index bookkeeping of the 32 x 128 windows for A atoms.
+struct AtomWindows {
+  static constexpr int64_t kQueries = 32, kKeys = 128;
+  int64_t atoms = 0, blocks = 0;
+  at::Tensor keys;   // [blocks, kKeys] int64, key atom index clamped into [0, A)
+  at::Tensor valid;  // [blocks, kKeys] bool, the key index lies in [0, A) (before clamping)
+
+  AtomWindows(int64_t atoms, const at::Device& device);
+  // x [B, A, ...] -> [B, blocks, kQueries, ...], zero rows past A.
+  at::Tensor queries(const at::Tensor& x) const;
+  // x [B, A, ...] -> [B, blocks, kKeys, ...] (rows of clamped keys repeat; mask them with valid).
+  at::Tensor keys_of(const at::Tensor& x) const;
+  // [B, blocks, kQueries, ...] -> [B, A, ...] (drops the padding rows).
+  at::Tensor unblock(const at::Tensor& x) const;
+};
+
+// AF3 SI Alg. 24 in the atom transformer's windowed form: AdaLN on q, pair bias from the
+// window pair tensor p, keys outside the window or without an atom masked, sigmoid gates as
+// in ConditionedAttention. Plain ATen (the shared attention core needs equal query and key
+// counts and one bias for all rows). Returns the branch only.
+class WindowedAttentionImpl : public torch::nn::Module {
+ public:
+  WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads);
+  // q, c [B, A, c_q]; p [B, blocks, 32, 128, c_p]; mask [B, A] -> [B, A, c_q]
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& p, const at::Tensor& mask,
+                     const AtomWindows& w);
+ private:
+  int64_t heads_;
+  AdaptiveLayerNorm ada_{nullptr};
+  at::Tensor w_qkvg_, b_q_, ln_p_w_, ln_p_b_, w_p_, w_o_, w_gate_, b_gate_;
+};
+TORCH_MODULE(WindowedAttention);
+
+// AF3 SI Alg. 7: blocks of q += windowed attention(q, c, p); q += transition(q, c).
+class AtomTransformerImpl : public torch::nn::Module {
+ public:
+  AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads);
+  at::Tensor forward(at::Tensor q, const at::Tensor& c, const at::Tensor& p, const at::Tensor& mask,
+                     const AtomWindows& w);
+ private:
+  std::vector<WindowedAttention> attn_;
+  std::vector<ConditionedTransition> transition_;
+};
+TORCH_MODULE(AtomTransformer);
+
+struct AtomEncoding {
+  at::Tensor a;       // [B, N, c_token] token activations: mean over each token's atoms
+  at::Tensor q_skip;  // [B, A, c_atom]
+  at::Tensor c_skip;  // [B, A, c_atom]
+  at::Tensor p_skip;  // [B, blocks, 32, 128, c_atompair]
+};
+
+// AF3 SI Alg. 5. ref: reference features of the tokens; atom_mask [B, A] (atoms that exist);
+// r [B, A, 3] scaled noisy positions, s_trunk [B, N, c_s], z [B, N, N, c_z]: all three
+// given (diffusion) or all undefined (the trunk's input embedder use).
+class AtomAttentionEncoderImpl : public torch::nn::Module {
+ public:
+  AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z);
+  AtomEncoding forward(const data::ReferenceFeatures& ref, const at::Tensor& atom_mask, const at::Tensor& r,
+                       const at::Tensor& s_trunk, const at::Tensor& z, const AtomWindows& w);
+ private:
+  int64_t c_token_;
+  at::Tensor w_feat_, w_d_, w_inv_, w_v_, ln_s_w_, ln_s_b_, w_s_, ln_z_w_, ln_z_b_, w_z_, w_r_, w_cl_, w_cm_,
+      w_mlp1_, w_mlp2_, w_mlp3_, w_a_;
+  AtomTransformer transformer_{nullptr};
+};
+TORCH_MODULE(AtomAttentionEncoder);
+
+// AF3 SI Alg. 6: token activations back to atoms, the atom transformer, position updates.
+class AtomAttentionDecoderImpl : public torch::nn::Module {
+ public:
+  AtomAttentionDecoderImpl(const DiffusionConfig& cfg);
+  // a [B, N, c_token] -> r_update [B, A, 3]
+  at::Tensor forward(const at::Tensor& a, const AtomEncoding& skip, const at::Tensor& atom_mask,
+                     const AtomWindows& w);
+ private:
+  at::Tensor w_a_, ln_w_, ln_b_, w_out_;
+  AtomTransformer transformer_{nullptr};
+};
+TORCH_MODULE(AtomAttentionDecoder);
+
+}  // namespace megafold::model
