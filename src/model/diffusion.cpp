@@ -123,13 +123,22 @@ DiffusionConditioningImpl::DiffusionConditioningImpl(const DiffusionConfig& cfg,
 Conditioning DiffusionConditioningImpl::forward(const at::Tensor& t, const at::Tensor& s_inputs,
                                                 const at::Tensor& s_trunk, const at::Tensor& z_trunk,
                                                 const at::Tensor& relpos) {
+  return {single(t, s_inputs, s_trunk), pair(z_trunk, relpos)};
+}
+
+at::Tensor DiffusionConditioningImpl::pair(const at::Tensor& z_trunk, const at::Tensor& relpos) {
   at::Tensor z = at::linear(layer_norm(at::cat({z_trunk, relpos}, -1), ln_z_w_, ln_z_b_), w_z_);
   for (auto& tr : z_trans_) z = z + tr(z);
+  return z;
+}
+
+at::Tensor DiffusionConditioningImpl::single(const at::Tensor& t, const at::Tensor& s_inputs,
+                                             const at::Tensor& s_trunk) {
   at::Tensor s = at::linear(layer_norm(at::cat({s_trunk, s_inputs}, -1), ln_s_w_, ln_s_b_), w_s_);
   const at::Tensor n = fourier_(0.25 * at::log(t / sigma_data_));  // [B, fourier_dim]
   s = s + at::linear(layer_norm(n, ln_n_w_, ln_n_b_), w_n_).unsqueeze(1);
   for (auto& tr : s_trans_) s = s + tr(s);
-  return {s, z};
+  return s;
 }
 
 }  // namespace megafold::model

@@ -59,8 +59,7 @@ at::Tensor aligned_mse_loss(const at::Tensor& pred, const at::Tensor& gt, const 
   const at::Tensor w = weights * mask;
   const at::Tensor gt_aligned = weighted_rigid_align(gt, pred, w);
   const at::Tensor sq = (pred - gt_aligned).pow(2).sum(-1);  // [B, A]
-  const at::Tensor per_example = (w * sq).sum(1) / (3 * mask.sum(1).clamp_min(1));
-  return per_example.mean();
+  return (w * sq).sum(1) / (3 * mask.sum(1).clamp_min(1));
 }
 
 at::Tensor smooth_lddt_loss(const at::Tensor& pred, const at::Tensor& gt, const at::Tensor& mask, double radius) {
@@ -72,7 +71,7 @@ at::Tensor smooth_lddt_loss(const at::Tensor& pred, const at::Tensor& gt, const 
                                  at::sigmoid(4.0 - delta));
   const at::Tensor c = pair_mask(mask) * (d_true < radius).to(mask.scalar_type());
   const at::Tensor lddt = (c * eps).sum({1, 2}) / c.sum({1, 2}).clamp_min(1);
-  return 1 - lddt.mean();
+  return 1 - lddt;
 }
 
 Lddt lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,

@@ -14,13 +14,13 @@ namespace megafold::model {
 at::Tensor weighted_rigid_align(const at::Tensor& x, const at::Tensor& target, const at::Tensor& weights);
 
 // AF3 SI Eq. 2-3: the ground truth is aligned onto the prediction with weights w * mask, then
-// L = 1/3 * mean over masked atoms of w * |pred - gt_aligned|^2, per example, averaged over
-// the examples. weights [B, A] (AF3: 1 + 5 for DNA/RNA + 10 for ligand atoms; 1 for protein).
+// L = 1/3 * mean over masked atoms of w * |pred - gt_aligned|^2. Returns [B], one loss per
+// example. weights [B, A] (AF3: 1 + 5 for DNA/RNA + 10 for ligand atoms; 1 for protein).
 // Invariant to a rigid motion of either structure.
 at::Tensor aligned_mse_loss(const at::Tensor& pred, const at::Tensor& gt, const at::Tensor& weights,
                             const at::Tensor& mask);
 
-// AF3 SI Alg. 27: 1 - smooth lDDT, averaged over examples. Pairs l != m of masked atoms whose
+// AF3 SI Alg. 27: 1 - smooth lDDT per example ([B]). Pairs l != m of masked atoms whose
 // true distance is below `radius` (15 A for protein atoms) score
 // 1/4 * sum_{t in 0.5, 1, 2, 4} sigmoid(t - |d_pred - d_true|). A perfect prediction gives
 // 1 - 0.8041 = 0.1959, not 0 (the sigmoids never reach 1).

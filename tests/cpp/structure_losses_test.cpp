@@ -95,20 +95,20 @@ TEST_F(StructureLosses, LossesAreInvariantToRigidMotions) {
   const at::Tensor w = 1 + 5 * (at::rand({B, A}, at::kDouble) > 0.8).to(at::kDouble);
   const at::Tensor rot = random_rotation(B, at::kDouble), shift = at::randn({B, 3}, at::kDouble) * 30;
   const at::Tensor moved = move(pred, rot, shift);
-  const double mse = aligned_mse_loss(pred, gt, w, mask).item<double>();
+  const double mse = aligned_mse_loss(pred, gt, w, mask).mean().item<double>();
   EXPECT_GT(mse, 0.1);
-  EXPECT_NEAR(aligned_mse_loss(moved, gt, w, mask).item<double>(), mse, 1e-9 * mse);
-  EXPECT_NEAR(aligned_mse_loss(pred, move(gt, rot, shift), w, mask).item<double>(), mse, 1e-9 * mse);
-  const double sl = smooth_lddt_loss(pred, gt, mask).item<double>();
-  EXPECT_NEAR(smooth_lddt_loss(moved, gt, mask).item<double>(), sl, 1e-12);
+  EXPECT_NEAR(aligned_mse_loss(moved, gt, w, mask).mean().item<double>(), mse, 1e-9 * mse);
+  EXPECT_NEAR(aligned_mse_loss(pred, move(gt, rot, shift), w, mask).mean().item<double>(), mse, 1e-9 * mse);
+  const double sl = smooth_lddt_loss(pred, gt, mask).mean().item<double>();
+  EXPECT_NEAR(smooth_lddt_loss(moved, gt, mask).mean().item<double>(), sl, 1e-12);
   const at::Tensor residue = at::arange(A, at::kLong).expand({B, A});
   EXPECT_TRUE(at::allclose(lddt(moved, gt, mask, residue).score, lddt(pred, gt, mask, residue).score, 0, 1e-12));
   // A perfect prediction: MSE 0, lDDT 1, smooth lDDT loss 1 - mean_t sigmoid(t).
-  EXPECT_LT(aligned_mse_loss(move(gt, rot, shift), gt, w, mask).item<double>(), 1e-14);
+  EXPECT_LT(aligned_mse_loss(move(gt, rot, shift), gt, w, mask).max().item<double>(), 1e-14);
   EXPECT_NEAR(lddt(gt, gt, mask, residue).score.min().item<double>(), 1.0, 1e-12);
   double floor = 0;
   for (double t : {0.5, 1.0, 2.0, 4.0}) floor += 0.25 / (1 + std::exp(-t));
-  EXPECT_NEAR(smooth_lddt_loss(gt, gt, mask).item<double>(), 1 - floor, 1e-12);
+  EXPECT_NEAR(smooth_lddt_loss(gt, gt, mask).max().item<double>(), 1 - floor, 1e-12);
 }
 
 TEST_F(StructureLosses, GradientsMatchFiniteDifferences) {
@@ -124,7 +124,7 @@ TEST_F(StructureLosses, GradientsMatchFiniteDifferences) {
         return ((x[0] - weighted_rigid_align(gt, pred.detach(), mask)).pow(2).sum(-1) * mask).sum();
       },
       {pred});
-  const at::Tensor g = torch::autograd::grad({aligned_mse_loss(pred, gt, at::ones_like(mask), mask)}, {pred})[0];
+  const at::Tensor g = torch::autograd::grad({aligned_mse_loss(pred, gt, at::ones_like(mask), mask).mean()}, {pred})[0];
   const at::Tensor target = weighted_rigid_align(gt, pred.detach(), mask);
   const at::Tensor expected = 2 * (pred.detach() - target) * mask.unsqueeze(-1) / (3 * mask.sum(1).view({B, 1, 1})) / B;
   EXPECT_TRUE(at::allclose(g, expected, 1e-10, 1e-12));

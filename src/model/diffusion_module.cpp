@@ -1,0 +1,152 @@
+#include "model/diffusion_module.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+
+#include "core/check.h"
+#include "data/residue_constants.h"
+#include "model/structure_losses.h"
+
+namespace megafold::model {
+namespace {
+
+using data::kMaxAtomsPerToken;
+
+// Each example's row repeated for its S samples (example-major).
+at::Tensor per_sample(const at::Tensor& x, int64_t S) { return S == 1 ? x : x.repeat_interleave(S, 0); }
+
+data::ReferenceFeatures per_sample(const data::ReferenceFeatures& r, int64_t S) {
+  return {per_sample(r.pos, S), per_sample(r.element, S), per_sample(r.charge, S), per_sample(r.mask, S),
+          per_sample(r.name_chars, S)};
+}
+
+at::Tensor randn(at::IntArrayRef shape, at::Generator& gen, const at::TensorOptions& to) {
+  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(to);
+}
+
+// Uniformly random proper rotations [R, 3, 3]: QR of a Gaussian matrix with the signs fixed
+// (Haar measure), then a column flipped where the determinant is -1.
+at::Tensor random_rotations(int64_t R, at::Generator& gen, const at::TensorOptions& to) {
+  const auto [q, r] = at::linalg_qr(at::randn({R, 3, 3}, gen, at::TensorOptions().dtype(at::kDouble)));
+  at::Tensor rot = q * at::sign(at::diagonal(r, 0, -2, -1)).unsqueeze(1);
+  rot.select(2, 2).mul_(at::sign(at::linalg_det(rot)).unsqueeze(1));
+  return rot.to(to);
+}
+
+int64_t samples_of(const at::Tensor& x, const TrunkContext& ctx) {
+  const int64_t B = ctx.batch->size();
+  MF_CHECK(x.size(0) % B == 0, "diffusion: ", x.size(0), " rows are not a multiple of the batch size ", B);
+  return x.size(0) / B;
+}
+
+}  // namespace
+
+DiffusionModuleImpl::DiffusionModuleImpl(const DiffusionConfig& cfg, const ModelConfig& trunk, int64_t c_s_inputs)
+    : cfg_(cfg) {
+  relpos_ = register_module("relpos", RelativePositionEncoding(trunk.c_z, trunk.relpos_r_max, trunk.relpos_s_max));
+  conditioning_ = register_module("conditioning", DiffusionConditioning(cfg, trunk.c_s, c_s_inputs, trunk.c_z));
+  encoder_ = register_module("atom_encoder", AtomAttentionEncoder(cfg, trunk.c_s, trunk.c_z));
+  transformer_ = register_module(
+      "transformer", DiffusionTransformer(cfg.c_token, trunk.c_s, trunk.c_z, cfg.n_blocks, cfg.heads, cfg.transition_factor));
+  decoder_ = register_module("atom_decoder", AtomAttentionDecoder(cfg));
+  ln_s_w_ = register_parameter("ln_s_weight", torch::ones({trunk.c_s}));
+  ln_s_b_ = register_parameter("ln_s_bias", torch::zeros({trunk.c_s}));
+  w_s_ = register_parameter("w_s", torch::zeros({cfg.c_token, trunk.c_s}));
+  ln_a_w_ = register_parameter("ln_a_weight", torch::ones({cfg.c_token}));
+  ln_a_b_ = register_parameter("ln_a_bias", torch::zeros({cfg.c_token}));
+}
+
+DiffusionModuleImpl::Prepared DiffusionModuleImpl::prepare(const TrunkContext& ctx) {
+  const data::Batch& b = *ctx.batch;
+  Prepared p;
+  p.ctx = &ctx;
+  p.z = conditioning_->pair(ctx.z_trunk, relpos_(b));
+  p.ref = data::reference_features(b.restype);
+  const int64_t B = b.size(), A = b.n_tokens() * kMaxAtomsPerToken;
+  p.atom_mask = (b.atom_mask * b.token_mask.unsqueeze(-1)).reshape({B, A});
+  p.windows = std::make_shared<AtomWindows>(A, b.restype.device());
+  return p;
+}
+
+at::Tensor DiffusionModuleImpl::forward(const at::Tensor& x_noisy, const at::Tensor& t, const Prepared& p) {
+  const TrunkContext& ctx = *p.ctx;
+  const int64_t S = samples_of(x_noisy, ctx);
+  const double sd = cfg_.sigma_data;
+  const at::Tensor s_trunk = per_sample(ctx.s_trunk, S), z = per_sample(p.z, S);
+  const at::Tensor s = conditioning_->single(t, per_sample(ctx.s_inputs, S), s_trunk);
+  const at::Tensor atom_mask = per_sample(p.atom_mask, S);
+  const at::Tensor t3 = t.view({-1, 1, 1});
+  // EDM preconditioning: the network sees positions of unit scale.
+  const at::Tensor r_noisy = x_noisy / at::sqrt(t3 * t3 + sd * sd);
+  const AtomEncoding enc = encoder_(per_sample(p.ref, S), atom_mask, r_noisy, s_trunk, z, *p.windows);
+  at::Tensor a = enc.a + at::linear(at::layer_norm(s, {s.size(-1)}, ln_s_w_, ln_s_b_), w_s_);
+  a = transformer_(a, s, z, per_sample(ctx.batch->token_mask, S));
+  a = at::layer_norm(a, {a.size(-1)}, ln_a_w_, ln_a_b_);
+  const at::Tensor r_update = decoder_(a, enc, atom_mask, *p.windows);
+  return sd * sd / (sd * sd + t3 * t3) * x_noisy + sd * t3 / at::sqrt(sd * sd + t3 * t3) * r_update;
+}
+
+at::Tensor centre_random_augmentation(const at::Tensor& x, const at::Tensor& mask, at::Generator& gen,
+                                      double s_trans) {
+  const at::Tensor m = mask.to(x.scalar_type()).unsqueeze(-1);
+  const at::Tensor centre = (x * m).sum(1, true) / m.sum(1, true).clamp_min(1);
+  const int64_t R = x.size(0);
+  const at::Tensor rot = random_rotations(R, gen, x.options());
+  const at::Tensor shift = s_trans * randn({R, 1, 3}, gen, x.options());
+  return at::matmul(x - centre, rot.transpose(1, 2)) + shift;
+}
+
+DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, uint64_t seed) {
+  MF_CHECK(samples >= 1, "diffusion_loss: samples must be >= 1, got ", samples);
+  const data::Batch& b = *ctx.batch;
+  const auto prep = module->prepare(ctx);
+  const int64_t B = b.size(), A = prep.atom_mask.size(1), R = B * samples;
+  const double sd = module->config().sigma_data;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto opts = ctx.s_trunk.options();
+  const at::Tensor mask = per_sample(prep.atom_mask, samples);
+  const at::Tensor gt = centre_random_augmentation(per_sample(b.atom_coords.reshape({B, A, 3}).to(opts), samples),
+                                                   mask, gen);
+  const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
+  const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
+  const at::Tensor denoised = module(x_noisy, t, prep);
+  const at::Tensor mse = aligned_mse_loss(denoised, gt, at::ones_like(mask), mask);  // [R]
+  const at::Tensor lddt = smooth_lddt_loss(denoised, gt, mask);                       // [R]
+  const at::Tensor weight = (t * t + sd * sd) / (t * sd).pow(2);
+  return {(weight * mse).mean() + lddt.mean(), mse.mean().detach(), lddt.mean().detach()};
+}
+
+at::Tensor noise_schedule(const SamplerConfig& cfg, double sigma_data) {
+  const at::Tensor tau = at::linspace(0, 1, cfg.steps + 1, at::TensorOptions().dtype(at::kDouble));
+  const double hi = std::pow(cfg.s_max, 1 / cfg.rho), lo = std::pow(cfg.s_min, 1 / cfg.rho);
+  return sigma_data * at::pow(hi + tau * (lo - hi), cfg.rho);
+}
+
+at::Tensor sample_structures(DiffusionModule& module, const TrunkContext& ctx, int64_t samples,
+                             const SamplerConfig& cfg, uint64_t seed) {
+  MF_CHECK(samples >= 1 && cfg.steps >= 1, "sample_structures: samples and steps must be >= 1");
+  c10::AutoGradMode no_grad(false);
+  const auto prep = module->prepare(ctx);
+  const int64_t R = ctx.batch->size() * samples, A = prep.atom_mask.size(1);
+  const auto opts = ctx.s_trunk.options();
+  const at::Tensor mask = per_sample(prep.atom_mask, samples);
+  const at::Tensor c = noise_schedule(cfg, module->config().sigma_data);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor x = c[0].item<double>() * randn({R, A, 3}, gen, opts);
+  for (int64_t step = 1; step <= cfg.steps; ++step) {
+    const double c_prev = c[step - 1].item<double>(), c_now = c[step].item<double>();
+    x = centre_random_augmentation(x, mask, gen);
+    const double gamma = c_now > cfg.gamma_min ? cfg.gamma0 : 0.0;
+    const double t_hat = c_prev * (gamma + 1);
+    const at::Tensor x_noisy =
+        x + cfg.noise_scale * std::sqrt(t_hat * t_hat - c_prev * c_prev) * randn({R, A, 3}, gen, opts);
+    const at::Tensor denoised = module(x_noisy, at::full({R}, t_hat, opts), prep);
+    x = x_noisy + cfg.step_scale * (c_now - t_hat) * (x_noisy - denoised) / t_hat;
+  }
+  return x;
+}
+
+}  // namespace megafold::model

@@ -1,0 +1,93 @@
+#pragma once
+// The AF3 diffusion module (SI Alg. 20) with EDM preconditioning, its training loss (SI Sec.
+// 3.7.1 and 4.2: noise levels, random rigid augmentation, weighted aligned MSE plus smooth
+// lDDT) and the inference sampler (Alg. 18, with the augmentation of Alg. 19).
+//
+// Atoms are the dense slots of data::Batch (atom_coords flattened to [B, A, 3], A = N * 14).
+// Several diffusion samples of one trunk pass run as a batch of B * S rows, example-major
+// (rows b * S .. b * S + S - 1 belong to example b).
+#include <torch/nn/module.h>
+
+#include <memory>
+
+#include "data/features.h"
+#include "model/atom_attention.h"
+#include "model/config.h"
+#include "model/diffusion.h"
+#include "model/embedder.h"
+
+namespace megafold::model {
+
+// What the diffusion module reads from one trunk pass.
+struct TrunkContext {
+  const data::Batch* batch = nullptr;
+  at::Tensor s_inputs;  // [B, N, c_s_inputs]
+  at::Tensor s_trunk;   // [B, N, c_s]
+  at::Tensor z_trunk;   // [B, N, N, c_z]
+};
+
+class DiffusionModuleImpl : public torch::nn::Module {
+ public:
+  DiffusionModuleImpl(const DiffusionConfig& cfg, const ModelConfig& trunk, int64_t c_s_inputs);
+
+  // Everything that does not depend on the noise: computed once per trunk pass.
+  struct Prepared {
+    const TrunkContext* ctx = nullptr;
+    at::Tensor z;                  // [B, N, N, c_z] conditioned pair (Alg. 21, pair half)
+    data::ReferenceFeatures ref;   // per-token reference atoms
+    at::Tensor atom_mask;          // [B, A] resolved atoms of real tokens
+    std::shared_ptr<AtomWindows> windows;
+  };
+  Prepared prepare(const TrunkContext& ctx);
+
+  // Denoised positions D(x; t) = c_skip x + c_out F(c_in x; t) (EDM, sigma_data from the
+  // config). x_noisy [B * S, A, 3], t [B * S] noise levels in Angstrom.
+  at::Tensor forward(const at::Tensor& x_noisy, const at::Tensor& t, const Prepared& p);
+
+  const DiffusionConfig& config() const { return cfg_; }
+
+ private:
+  DiffusionConfig cfg_;
+  RelativePositionEncoding relpos_{nullptr};
+  DiffusionConditioning conditioning_{nullptr};
+  AtomAttentionEncoder encoder_{nullptr};
+  DiffusionTransformer transformer_{nullptr};
+  AtomAttentionDecoder decoder_{nullptr};
+  at::Tensor ln_s_w_, ln_s_b_, w_s_, ln_a_w_, ln_a_b_;
+};
+TORCH_MODULE(DiffusionModule);
+
+// AF3 SI Alg. 19: centre each row on the mean of its masked atoms, rotate it by a uniformly
+// random rotation and shift it by s_trans * N(0, I). x [R, A, 3], mask [R, A]. All draws come
+// from `gen` (a CPU generator), so results do not depend on the device.
+at::Tensor centre_random_augmentation(const at::Tensor& x, const at::Tensor& mask, at::Generator& gen,
+                                      double s_trans = 1.0);
+
+struct DiffusionLoss {
+  at::Tensor total;        // differentiable scalar: mean over rows of w(t) * MSE + smooth lDDT
+  at::Tensor mse;          // scalar, unweighted mean over rows
+  at::Tensor smooth_lddt;  // scalar, mean over rows
+};
+
+// AF3 SI Sec. 3.7.1: per example `samples` noisy copies of the augmented ground truth with
+// t = sigma_data * exp(-1.2 + 1.5 N(0, 1)); loss weight (t^2 + sigma_data^2) / (t sigma_data)^2
+// on the aligned MSE (the EDM weight, as Protenix and Boltz read AF3's Eq. 6). Deterministic
+// in `seed`.
+DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, uint64_t seed);
+
+struct SamplerConfig {
+  int64_t steps = 200;
+  double gamma0 = 0.8, gamma_min = 1.0, noise_scale = 1.003, step_scale = 1.5;
+  double s_max = 160.0, s_min = 4e-4, rho = 7.0;  // noise schedule (AF3 SI Sec. 3.7.1)
+};
+
+// c_tau = sigma_data * (s_max^(1/rho) + tau (s_min^(1/rho) - s_max^(1/rho)))^rho for tau = 0,
+// 1/steps, .., 1: [steps + 1] float64, decreasing from sigma_data * s_max.
+at::Tensor noise_schedule(const SamplerConfig& cfg, double sigma_data);
+
+// AF3 SI Alg. 18: `samples` structures per example from noise, [B * samples, A, 3], without
+// gradients. Deterministic in `seed`.
+at::Tensor sample_structures(DiffusionModule& module, const TrunkContext& ctx, int64_t samples,
+                             const SamplerConfig& cfg, uint64_t seed);
+
+}  // namespace megafold::model

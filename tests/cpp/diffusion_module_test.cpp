@@ -1,0 +1,125 @@
+// Diffusion module assembly, training loss and sampler: EDM skip at initialisation, the noise
+// schedule's ends, augmentation keeps shapes, the loss reaches the trunk and follows its seed,
+// sampling is deterministic in its seed.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "data/features.h"
+#include "data/structure.h"
+#include "model/diffusion_module.h"
+#include "testing.h"
+
+namespace megafold::model {
+namespace {
+using namespace megafold::testing;
+
+struct Setup {
+  ModelConfig trunk;
+  DiffusionConfig cfg;
+  data::Entry entry;
+  data::Batch batch;
+  TrunkContext ctx;
+};
+
+std::unique_ptr<Setup> setup() {
+  auto s = std::make_unique<Setup>();
+  s->trunk.c_s = 8;
+  s->trunk.c_z = 4;
+  s->cfg.c_token = 16;
+  s->cfg.n_blocks = 1;
+  s->cfg.heads = 2;
+  s->cfg.fourier_dim = 16;
+  s->cfg.c_atom = 8;
+  s->cfg.c_atompair = 4;
+  s->cfg.atom_blocks = 1;
+  s->cfg.atom_heads = 2;
+  s->entry = data::load_entry(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb/1a28.pdb.gz");
+  std::vector<int32_t> sel(9);
+  for (int i = 0; i < 9; ++i) sel[i] = 245 + i;  // across the chain break
+  s->batch = data::make_batch({&s->entry}, {sel}, 11);  // two padding tokens
+  const int64_t N = 11;
+  s->ctx.batch = &s->batch;
+  s->ctx.s_inputs = torch::randn({1, N, 32});
+  s->ctx.s_trunk = torch::randn({1, N, s->trunk.c_s});
+  s->ctx.z_trunk = torch::randn({1, N, N, s->trunk.c_z});
+  return s;
+}
+
+void randomise(torch::nn::Module& m) {
+  torch::NoGradGuard g;
+  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * 0.2);
+}
+
+class DiffusionModuleTest : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(static_cast<uint64_t>(fresh_seed())); }
+};
+
+TEST_F(DiffusionModuleTest, FreshModuleIsTheEdmSkipConnection) {
+  auto s = setup();
+  DiffusionModule m(s->cfg, s->trunk, 32);
+  const auto prep = m->prepare(s->ctx);
+  const int64_t A = 11 * data::kMaxAtomsPerToken;
+  const at::Tensor x = torch::randn({3, A, 3}) * 20, t = torch::tensor({0.5f, 16.f, 300.f});
+  const at::Tensor out = m(x, t, prep);
+  const at::Tensor skip = 256.f / (256.f + t * t);
+  EXPECT_TRUE(at::allclose(out, skip.view({3, 1, 1}) * x, 1e-5, 1e-5));  // zero-initialised update
+}
+
+TEST_F(DiffusionModuleTest, NoiseScheduleRunsFromSMaxToSMin) {
+  SamplerConfig cfg;
+  const at::Tensor c = noise_schedule(cfg, 16.0);
+  EXPECT_EQ(c.size(0), 201);
+  EXPECT_NEAR(c[0].item<double>(), 16.0 * 160.0, 1e-9);
+  EXPECT_NEAR(c[200].item<double>(), 16.0 * 4e-4, 1e-12);
+  EXPECT_TRUE((c.narrow(0, 1, 200) < c.narrow(0, 0, 200)).all().item<bool>());
+}
+
+TEST_F(DiffusionModuleTest, AugmentationIsARigidMotionOfTheCentredRows) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor x = torch::randn({2, 30, 3}, torch::kDouble) * 5 + 40;
+  at::Tensor mask = torch::ones({2, 30}, torch::kDouble);
+  mask.narrow(1, 25, 5).zero_();
+  const at::Tensor y = centre_random_augmentation(x, mask, gen, 0.0);
+  auto dist = [](const at::Tensor& a) { return (a.unsqueeze(2) - a.unsqueeze(1)).pow(2).sum(-1).sqrt(); };
+  EXPECT_TRUE(at::allclose(dist(y), dist(x), 1e-9, 1e-9));
+  const at::Tensor centre = (y * mask.unsqueeze(-1)).sum(1) / 25;
+  EXPECT_LT(centre.abs().max().item<double>(), 1e-9);
+}
+
+TEST_F(DiffusionModuleTest, LossReachesTheTrunkAndFollowsItsSeed) {
+  auto s = setup();
+  DiffusionModule m(s->cfg, s->trunk, 32);
+  randomise(*m);
+  s->ctx.s_trunk.requires_grad_(true);
+  s->ctx.z_trunk.requires_grad_(true);
+  const DiffusionLoss l = diffusion_loss(m, s->ctx, 3, 11);
+  EXPECT_TRUE(std::isfinite(l.total.item<float>()));
+  EXPECT_GT(l.mse.item<float>(), 0.f);
+  EXPECT_GT(l.smooth_lddt.item<float>(), 0.19f);  // the sigmoid floor of a perfect structure is 0.196
+  l.total.backward();
+  EXPECT_GT(s->ctx.s_trunk.grad().abs().sum().item<float>(), 0.f);
+  EXPECT_GT(s->ctx.z_trunk.grad().abs().sum().item<float>(), 0.f);
+  EXPECT_EQ(diffusion_loss(m, s->ctx, 3, 11).total.item<float>(), l.total.item<float>());
+  EXPECT_NE(diffusion_loss(m, s->ctx, 3, 12).total.item<float>(), l.total.item<float>());
+}
+
+TEST_F(DiffusionModuleTest, SamplingIsDeterministicInItsSeed) {
+  auto s = setup();
+  DiffusionModule m(s->cfg, s->trunk, 32);
+  randomise(*m);
+  SamplerConfig cfg;
+  cfg.steps = 4;
+  const at::Tensor a = sample_structures(m, s->ctx, 2, cfg, 5);
+  EXPECT_EQ(a.sizes(), (std::vector<int64_t>{2, 11 * data::kMaxAtomsPerToken, 3}));
+  EXPECT_TRUE(a.isfinite().all().item<bool>());
+  EXPECT_FALSE(a.requires_grad());
+  EXPECT_TRUE(at::equal(sample_structures(m, s->ctx, 2, cfg, 5), a));
+  EXPECT_FALSE(at::equal(sample_structures(m, s->ctx, 2, cfg, 6), a));
+  EXPECT_FALSE(at::equal(a[0], a[1]));  // two samples differ
+}
+
+}  // namespace
+}  // namespace megafold::model
