@@ -13,11 +13,6 @@ namespace {
 using namespace megafold::testing;
 using data::kMaxAtomsPerToken;
 
-void randomise(torch::nn::Module& m) {
-  torch::NoGradGuard g;
-  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * 0.3);
-}
-
 DiffusionConfig small_config() {
   DiffusionConfig c;
   c.c_token = 16;
@@ -66,7 +61,7 @@ TEST_F(AtomAttention, EncoderIsLocalAndIgnoresMissingAtoms) {
   const DiffusionConfig cfg = small_config();
   const int64_t B = 2, N = 20, A = N * kMaxAtomsPerToken, c_s = 6, c_z = 5;
   AtomAttentionEncoder enc(cfg, c_s, c_z);
-  randomise(*enc);
+  randomise_parameters(*enc);
   const Inputs in = inputs(B, N, c_s, c_z, torch::kFloat);
   const AtomWindows w(A, at::kCPU);
   const AtomEncoding e = enc(in.ref, in.mask, in.r, in.s, in.z, w);
@@ -97,7 +92,7 @@ TEST_F(AtomAttention, FreshDecoderPredictsNoUpdateAndGradientsFlow) {
   const AtomEncoding e = enc(in.ref, in.mask, in.r, in.s, in.z, w);
   const at::Tensor a = torch::randn({B, N, cfg.c_token}, torch::requires_grad());
   EXPECT_EQ(dec(a, e, in.mask, w).abs().max().item<float>(), 0.f);  // zero output projection
-  randomise(*dec);
+  randomise_parameters(*dec);
   const at::Tensor out = dec(a, e, in.mask, w);
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{B, A, 3}));
   out.sum().backward();
@@ -110,8 +105,8 @@ TEST_F(AtomAttention, GradientsMatchFiniteDifferences) {
   const int64_t B = 1, N = 3, A = N * kMaxAtomsPerToken, c_s = 4, c_z = 3;
   AtomAttentionEncoder enc(cfg, c_s, c_z);
   AtomAttentionDecoder dec(cfg);
-  randomise(*enc);
-  randomise(*dec);
+  randomise_parameters(*enc);
+  randomise_parameters(*dec);
   enc->to(torch::kDouble);
   dec->to(torch::kDouble);
   const Inputs in = inputs(B, N, c_s, c_z, torch::kDouble);

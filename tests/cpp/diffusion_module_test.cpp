@@ -47,11 +47,6 @@ std::unique_ptr<Setup> setup() {
   return s;
 }
 
-void randomise(torch::nn::Module& m) {
-  torch::NoGradGuard g;
-  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * 0.2);
-}
-
 class DiffusionModuleTest : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(static_cast<uint64_t>(fresh_seed())); }
@@ -92,7 +87,7 @@ TEST_F(DiffusionModuleTest, AugmentationIsARigidMotionOfTheCentredRows) {
 TEST_F(DiffusionModuleTest, LossReachesTheTrunkAndFollowsItsSeed) {
   auto s = setup();
   DiffusionModule m(s->cfg, s->trunk, 32);
-  randomise(*m);
+  randomise_parameters(*m, 0.2);
   s->ctx.s_trunk.requires_grad_(true);
   s->ctx.z_trunk.requires_grad_(true);
   const DiffusionLoss l = diffusion_loss(m, s->ctx, 3, 11);
@@ -109,7 +104,7 @@ TEST_F(DiffusionModuleTest, LossReachesTheTrunkAndFollowsItsSeed) {
 TEST_F(DiffusionModuleTest, SamplingIsDeterministicInItsSeed) {
   auto s = setup();
   DiffusionModule m(s->cfg, s->trunk, 32);
-  randomise(*m);
+  randomise_parameters(*m, 0.2);
   SamplerConfig cfg;
   cfg.steps = 4;
   const at::Tensor a = sample_structures(m, s->ctx, 2, cfg, 5);

@@ -14,11 +14,6 @@ namespace megafold::model {
 namespace {
 using namespace megafold::testing;
 
-void randomise(torch::nn::Module& m) {
-  torch::NoGradGuard g;
-  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * 0.3);
-}
-
 class Diffusion : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(static_cast<uint64_t>(fresh_seed())); }
@@ -38,7 +33,7 @@ TEST_F(Diffusion, FourierEmbeddingIsACosineOfFixedFeatures) {
 
 TEST_F(Diffusion, AdaptiveLayerNormFollowsAlgorithm26) {
   AdaptiveLayerNorm ada(12, 7);
-  randomise(*ada);
+  randomise_parameters(*ada);
   const at::Tensor a = torch::randn({2, 5, 12}), s = torch::randn({2, 5, 7});
   const auto p = ada->named_parameters();
   const at::Tensor s_n = at::layer_norm(s, {7}) * p["ln_s_weight"];
@@ -55,7 +50,7 @@ TEST_F(Diffusion, FreshTransformerIsTheIdentityAndMasksCutDependencies) {
   mask.narrow(1, N - 3, 3).zero_();  // three padding tokens
   EXPECT_TRUE(at::equal(tr(a, s, z, mask), a));  // zero-initialised output projections
 
-  randomise(*tr);
+  randomise_parameters(*tr);
   const at::Tensor out = tr(a, s, z, mask);
   EXPECT_GT((out - a).abs().max().item<float>(), 1e-2f);
   // Padding tokens' inputs do not reach the real tokens.
@@ -77,7 +72,7 @@ TEST_F(Diffusion, ConditioningFollowsTheNoiseLevel) {
   cfg.fourier_dim = 32;
   const int64_t B = 2, N = 6, c_s = 16, c_si = 10, c_z = 8;
   DiffusionConditioning cond(cfg, c_s, c_si, c_z);
-  randomise(*cond);
+  randomise_parameters(*cond);
   const at::Tensor s_in = torch::randn({B, N, c_si}), s_tr = torch::randn({B, N, c_s}),
                    z_tr = torch::randn({B, N, N, c_z}), rel = torch::randn({B, N, N, c_z});
   const Conditioning lo = cond(torch::tensor({1.0f, 1.0f}), s_in, s_tr, z_tr, rel);
@@ -92,7 +87,7 @@ TEST_F(Diffusion, ConditioningFollowsTheNoiseLevel) {
 TEST_F(Diffusion, GradientsMatchFiniteDifferences) {
   const int64_t B = 1, N = 5, c_a = 8, c_s = 4, c_z = 3;
   DiffusionTransformer tr(c_a, c_s, c_z, 1, 2, 2);
-  randomise(*tr);
+  randomise_parameters(*tr);
   tr->to(torch::kDouble);
   const at::Tensor z = torch::randn({B, N, N, c_z}, torch::kDouble);
   at::Tensor mask = torch::ones({B, N}, torch::kDouble);

@@ -29,13 +29,6 @@ ModelConfig tiny_config() {
   return c;
 }
 
-// Zero-initialised output projections make fresh blocks the identity; randomise every
-// parameter so the tests see the whole computation.
-void randomise(torch::nn::Module& m) {
-  torch::NoGradGuard g;
-  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * 0.3);
-}
-
 data::Batch batch_of(const data::Entry& e, int n_real, int pad_to) {
   std::vector<int32_t> sel(n_real);
   std::iota(sel.begin(), sel.end(), 0);
@@ -47,7 +40,7 @@ data::Entry ubiquitin() { return data::load_entry(MEGAFOLD_TEST_SOURCE_DIR "/dat
 TEST(Model, OutputShapesAndSymmetricDistogram) {
   fresh_seed();
   MegaFold m(tiny_config());
-  randomise(*m);
+  randomise_parameters(*m);
   const data::Entry e = ubiquitin();
   const data::Batch b = batch_of(e, 37, 37);
   m->eval();
@@ -61,7 +54,7 @@ TEST(Model, OutputShapesAndSymmetricDistogram) {
 TEST(Model, PaddingDoesNotChangeRealTokens) {
   fresh_seed();
   MegaFold m(tiny_config());
-  randomise(*m);
+  randomise_parameters(*m);
   m->eval();
   const data::Entry e = ubiquitin();
   const TrunkOutput plain = m->forward(batch_of(e, 31, 31), 0);
@@ -73,7 +66,7 @@ TEST(Model, PaddingDoesNotChangeRealTokens) {
 TEST(Model, DropoutIsAPureFunctionOfTheSeed) {
   fresh_seed();
   MegaFold m(tiny_config());
-  randomise(*m);
+  randomise_parameters(*m);
   const data::Batch b = batch_of(ubiquitin(), 20, 20);
   const at::Tensor a = m->forward(b, 11).z, a2 = m->forward(b, 11).z, c = m->forward(b, 12).z;
   EXPECT_TRUE(at::equal(a, a2));
@@ -84,7 +77,7 @@ TEST(Model, CheckpointedBlocksGiveTheSameLossAndGradients) {
   fresh_seed();
   ModelConfig cfg = tiny_config();
   MegaFold plain(cfg);
-  randomise(*plain);
+  randomise_parameters(*plain);
   cfg.checkpoint_blocks = true;
   MegaFold ckpt(cfg);
   {
@@ -119,7 +112,7 @@ TEST(Model, RecomputeUnderAutocastLeavesNoStaleWeightCopies) {
   cfg.checkpoint_blocks = true;
   cfg.dropout = 0.0;
   MegaFold m(cfg), fresh(cfg);
-  randomise(*m);
+  randomise_parameters(*m);
   const data::Batch b = batch_of(ubiquitin(), 20, 24);
   auto loss_of = [&](MegaFold& model) {
     AutocastScope ac(at::kCPU, true, at::kBFloat16);

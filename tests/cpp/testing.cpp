@@ -67,4 +67,9 @@ void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& na
       << what << ": error " << err << " vs naive low-precision error " << naive_err;
 }
 
+void randomise_parameters(torch::nn::Module& m, double scale) {
+  c10::NoGradGuard no_grad;
+  for (auto& p : m.parameters()) p.copy_(at::randn_like(p) * scale);
+}
+
 }  // namespace megafold::testing

@@ -4,6 +4,7 @@
 // from the float64 reference as the naive computation in that precision, plus a tiny atol).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/nn/module.h>
 
 #include <functional>
 #include <random>
@@ -26,5 +27,10 @@ void expect_gradients_match_finite_differences(
 // ||out - ref64|| <= 2 * ||naive - ref64|| + atol, elementwise max norm.
 void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& naive,
                                      const at::Tensor& ref64, double atol, const char* what);
+
+// Overwrites every parameter of m with N(0, scale^2) draws. Zero-initialised output
+// projections make fresh blocks the identity; tests that need the whole computation to act
+// randomise first.
+void randomise_parameters(torch::nn::Module& m, double scale = 0.3);
 
 }  // namespace megafold::testing
