@@ -24,11 +24,14 @@ int train_main(const std::vector<std::string>& argv) {
   };
   const Args args(argv, specs);
   if (args.has("help")) {
+    std::string names;
+    for (const auto& n : train::builtin_config_names()) names += (names.empty() ? "" : ", ") + n;
     std::cout << usage("train",
                        "Train the Pairformer trunk with the distogram loss on bundled or your own "
-                       "structures.\nThe fully resolved config is saved as <out>/config.json; metrics "
-                       "go to <out>/metrics.jsonl.\nBuilt-in configs: cpu-tiny, gpu-small, af3-full "
-                       "(configs/*.json).",
+                       "structures; configs with model.diffusion.samples > 0 also train the diffusion "
+                       "module (all-atom structure) and report the lDDT of sampled structures at "
+                       "validation.\nThe fully resolved config is saved as <out>/config.json; metrics "
+                       "go to <out>/metrics.jsonl.\nBuilt-in configs: " + names + " (configs/*.json).",
                        specs);
     return 0;
   }

@@ -29,7 +29,7 @@ const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
   return train[perm[g % n]];
 }
 
-Dataset load_dataset(const std::string& dir, bool quiet) {
+Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
   MF_CHECK(std::filesystem::is_directory(dir), "data directory '", dir,
            "' does not exist; pass --data DIR with mmCIF/PDB files (e.g. data/pdb)");
   std::vector<std::string> paths;
@@ -47,7 +47,7 @@ Dataset load_dataset(const std::string& dir, bool quiet) {
   for (const std::string& p : paths) {
     try {
       Entry e = load_entry(p);
-      (is_validation_entry(e.name) ? ds.validation : ds.train).push_back(std::move(e));
+      (!overfit && is_validation_entry(e.name) ? ds.validation : ds.train).push_back(std::move(e));
     } catch (const std::exception& ex) {
       ds.skipped.push_back(ex.what());
       if (!quiet) std::cerr << "warning: skipping " << ex.what() << "\n";
@@ -55,6 +55,7 @@ Dataset load_dataset(const std::string& dir, bool quiet) {
   }
   MF_CHECK(!ds.train.empty(), "no usable training structure under '", dir, "' (", paths.size(),
            " structure files found, ", ds.skipped.size(), " skipped)");
+  if (overfit) ds.validation = ds.train;
   return ds;
 }
 

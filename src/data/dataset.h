@@ -32,6 +32,8 @@ struct Dataset {
 // Loads every structure file under `dir` (recursively, sorted by path). A file that cannot
 // be used is skipped with a warning on stderr naming the file and the reason; the load
 // fails only when no training entry is left. Long entries are kept whole: crops cut them.
-Dataset load_dataset(const std::string& dir, bool quiet = false);
+// overfit: every entry trains, and `validation` holds the same entries (a memorisation check
+// on a small set, whatever the split rule says).
+Dataset load_dataset(const std::string& dir, bool quiet = false, bool overfit = false);
 
 }  // namespace megafold::data

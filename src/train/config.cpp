@@ -38,11 +38,37 @@ void reject_unknown(const json& j, std::initializer_list<const char*> known, con
 
 void apply(const json& j, TrainConfig& c, const std::string& origin, int depth);
 
+void apply_diffusion(const json& j, model::DiffusionConfig& d, const std::string& w) {
+  reject_unknown(j, {"c_token", "n_blocks", "heads", "fourier_dim", "transition_factor", "sigma_data", "c_atom",
+                     "c_atompair", "atom_blocks", "atom_heads", "samples", "weight", "sampler_steps"}, w);
+  read(j, "c_token", d.c_token, w);
+  read(j, "n_blocks", d.n_blocks, w);
+  read(j, "heads", d.heads, w);
+  read(j, "fourier_dim", d.fourier_dim, w);
+  read(j, "transition_factor", d.transition_factor, w);
+  read(j, "sigma_data", d.sigma_data, w);
+  read(j, "c_atom", d.c_atom, w);
+  read(j, "c_atompair", d.c_atompair, w);
+  read(j, "atom_blocks", d.atom_blocks, w);
+  read(j, "atom_heads", d.atom_heads, w);
+  read(j, "samples", d.samples, w);
+  read(j, "weight", d.weight, w);
+  read(j, "sampler_steps", d.sampler_steps, w);
+}
+
+json diffusion_json(const model::DiffusionConfig& d) {
+  return {{"c_token", d.c_token}, {"n_blocks", d.n_blocks}, {"heads", d.heads}, {"fourier_dim", d.fourier_dim},
+          {"transition_factor", d.transition_factor}, {"sigma_data", d.sigma_data}, {"c_atom", d.c_atom},
+          {"c_atompair", d.c_atompair}, {"atom_blocks", d.atom_blocks}, {"atom_heads", d.atom_heads},
+          {"samples", d.samples}, {"weight", d.weight}, {"sampler_steps", d.sampler_steps}};
+}
+
 void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
   reject_unknown(j, {"c_s", "c_z", "n_blocks", "tri_attn_heads", "tri_attn_head_dim", "tri_mul_hidden",
                      "single_attn_heads", "single_attn_head_dim", "transition_factor", "dropout",
                      "relpos_r_max", "relpos_s_max", "distogram_bins", "distogram_min",
-                     "distogram_max", "checkpoint_blocks"}, w);
+                     "distogram_max", "checkpoint_blocks", "diffusion"}, w);
+  if (j.contains("diffusion")) apply_diffusion(j["diffusion"], m.diffusion, w + " [diffusion]");
   read(j, "c_s", m.c_s, w);
   read(j, "c_z", m.c_z, w);
   read(j, "n_blocks", m.n_blocks, w);
@@ -62,11 +88,12 @@ void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
 }
 
 void apply_data(const json& j, DataConfig& d, const std::string& w) {
-  reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size"}, w);
+  reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size", "overfit"}, w);
   read(j, "dir", d.dir, w);
   read(j, "crop_size", d.crop_size, w);
   read(j, "batch_size", d.batch_size, w);
   read(j, "val_crop_size", d.val_crop_size, w);
+  read(j, "overfit", d.overfit, w);
 }
 
 void apply_optim(const json& j, OptimConfig& o, const std::string& w) {
@@ -155,6 +182,24 @@ void validate(const TrainConfig& c, const std::string& origin) {
   if (c.model.distogram_bins < 2) throw Error(origin + ": 'model.distogram_bins' must be >= 2");
   if (!(c.model.distogram_min < c.model.distogram_max))
     throw Error(origin + ": 'model.distogram_min' must be below 'model.distogram_max'");
+  const model::DiffusionConfig& d = c.model.diffusion;
+  non_negative(d.samples, "model.diffusion.samples");
+  if (d.samples > 0) {
+    positive(d.c_token, "model.diffusion.c_token");
+    positive(d.n_blocks, "model.diffusion.n_blocks");
+    positive(d.heads, "model.diffusion.heads");
+    positive(d.fourier_dim, "model.diffusion.fourier_dim");
+    positive(d.transition_factor, "model.diffusion.transition_factor");
+    positive(d.c_atom, "model.diffusion.c_atom");
+    positive(d.c_atompair, "model.diffusion.c_atompair");
+    positive(d.atom_blocks, "model.diffusion.atom_blocks");
+    positive(d.atom_heads, "model.diffusion.atom_heads");
+    positive(d.sampler_steps, "model.diffusion.sampler_steps");
+    if (d.c_token % d.heads != 0 || d.c_atom % d.atom_heads != 0)
+      throw Error(origin + ": 'model.diffusion.c_token' and 'c_atom' must be multiples of 'heads' and 'atom_heads'");
+    if (!(d.sigma_data > 0) || !(d.weight >= 0))
+      throw Error(origin + ": 'model.diffusion.sigma_data' must be > 0 and 'weight' >= 0");
+  }
 }
 
 }  // namespace
@@ -223,9 +268,11 @@ std::string to_json(const TrainConfig& c) {
                  {"transition_factor", m.transition_factor}, {"dropout", m.dropout},
                  {"relpos_r_max", m.relpos_r_max}, {"relpos_s_max", m.relpos_s_max},
                  {"distogram_bins", m.distogram_bins}, {"distogram_min", m.distogram_min},
-                 {"distogram_max", m.distogram_max}, {"checkpoint_blocks", m.checkpoint_blocks}}},
+                 {"distogram_max", m.distogram_max}, {"checkpoint_blocks", m.checkpoint_blocks},
+                 {"diffusion", diffusion_json(m.diffusion)}}},
       {"data", {{"dir", c.data.dir}, {"crop_size", c.data.crop_size},
-                {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size}}},
+                {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size},
+                {"overfit", c.data.overfit}}},
       {"optim", {{"lr", c.optim.lr}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
                  {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay},
                  {"warmup_steps", c.optim.warmup_steps}, {"decay_every", c.optim.decay_every},

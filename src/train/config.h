@@ -16,6 +16,7 @@ struct DataConfig {
   int64_t crop_size = 384;       // tokens per training crop (contiguous crops)
   int64_t batch_size = 1;
   int64_t val_crop_size = 384;   // validation entries are cropped deterministically to this
+  bool overfit = false;          // train on every entry and validate on the same entries
 };
 
 struct OptimConfig {

@@ -22,6 +22,7 @@
 #include "data/features.h"
 #include "model/autocast.h"
 #include "model/model.h"
+#include "model/structure_losses.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/ema.h"
@@ -35,6 +36,7 @@ namespace {
 constexpr uint64_t kCropSalt = 0x63726f70;     // "crop"
 constexpr uint64_t kDropoutSalt = 0x64726f70;  // "drop"
 constexpr uint64_t kValidationSalt = 0x76616c; // "val"
+constexpr uint64_t kNoiseSalt = 0x6e6f6973;    // "nois": diffusion noise, augmentation, levels
 
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_stop_signal(int) { g_stop_requested = true; }
@@ -73,7 +75,26 @@ data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint
 
 struct Validation {
   double loss = 0, accuracy = 0, pairs = 0;
+  // With a diffusion module: lDDT of one sampled structure per entry, averaged over entries.
+  double lddt_ca = 0, lddt_all = 0;
+  int structures = 0;
 };
+
+// lDDT of predicted atoms [1, N * 14, 3] against the batch's ground truth: over C-alpha atoms
+// (pairs of different tokens) and over all resolved heavy atoms (pairs of different residues).
+std::pair<double, double> lddt_of(const at::Tensor& pred, const data::Batch& batch) {
+  const int64_t N = batch.n_tokens(), A = N * data::kMaxAtomsPerToken;
+  const at::Tensor gt = batch.atom_coords.reshape({1, A, 3}).to(at::kFloat);
+  const at::Tensor mask = (batch.atom_mask * batch.token_mask.unsqueeze(-1)).reshape({1, A});
+  const at::Tensor p = pred.to(at::kFloat).reshape({1, A, 3});
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(p.device());
+  const at::Tensor residue = at::floor_divide(at::arange(A, i64), data::kMaxAtomsPerToken).view({1, A});
+  auto ca = [&](const at::Tensor& x) { return x.view({1, N, data::kMaxAtomsPerToken, -1}).select(2, data::kAtomCA); };
+  const double l_ca = model::lddt(ca(p), ca(gt), ca(mask.unsqueeze(-1)).squeeze(-1), at::arange(N, i64).view({1, N}))
+                          .score.item<double>();
+  const double l_all = model::lddt(p, gt, mask, residue).score.item<double>();
+  return {l_ca, l_all};
+}
 
 Validation validate(model::MegaFold& model, const data::Dataset& ds, const TrainConfig& cfg,
                     const c10::Device& device, bool autocast) {
@@ -95,11 +116,22 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
     v.loss += m.loss.item<double>() * pairs;
     v.accuracy += m.accuracy.item<double>() * pairs;
     v.pairs += pairs;
+    if (model->has_diffusion()) {
+      const at::Tensor pred = model->sample(batch, out, 1, mix_seed(kValidationSalt ^ kNoiseSalt, fnv1a32(e.name)));
+      const auto [ca, all] = lddt_of(pred, batch);
+      v.lddt_ca += ca;
+      v.lddt_all += all;
+      ++v.structures;
+    }
   }
   model->train();
   if (v.pairs > 0) {
     v.loss /= v.pairs;
     v.accuracy /= v.pairs;
+  }
+  if (v.structures > 0) {
+    v.lddt_ca /= v.structures;
+    v.lddt_all /= v.structures;
   }
   return v;
 }
@@ -133,7 +165,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     if (!opts.quiet) std::cout << s << std::endl;
   };
 
-  const data::Dataset ds = data::load_dataset(cfg.data.dir, opts.quiet);
+  const data::Dataset ds = data::load_dataset(cfg.data.dir, opts.quiet, cfg.data.overfit);
   {
     std::ostringstream os;
     os << "data: " << ds.train.size() << " train, " << ds.validation.size() << " validation entries from "
@@ -189,12 +221,23 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     ema.swap(params);
     const Validation v = validate(model, ds, cfg, device, autocast);
     ema.swap(params);
-    metrics.write("validation", step, {{"distogram_loss", v.loss}, {"distogram_accuracy", v.accuracy},
-                                       {"pairs", v.pairs}});
-    char line[160];
-    std::snprintf(line, sizeof(line), "validation step %lld: distogram loss %.4f accuracy %.4f (EMA weights)",
-                  static_cast<long long>(step), v.loss, v.accuracy);
-    if (!opts.quiet) progress.message(line);
+    std::map<std::string, double> fields = {
+        {"distogram_loss", v.loss}, {"distogram_accuracy", v.accuracy}, {"pairs", v.pairs}};
+    if (v.structures > 0) {
+      fields["lddt_ca"] = v.lddt_ca;
+      fields["lddt_all_atom"] = v.lddt_all;
+    }
+    metrics.write("validation", step, fields);
+    char line[240];
+    std::snprintf(line, sizeof(line), "validation step %lld: distogram loss %.4f accuracy %.4f", static_cast<long long>(step),
+                  v.loss, v.accuracy);
+    std::string text = line;
+    if (v.structures > 0) {
+      std::snprintf(line, sizeof(line), "; sampled structures: lDDT-CA %.4f, all-atom lDDT %.4f", v.lddt_ca, v.lddt_all);
+      text += line;
+    }
+    text += " (EMA weights)";
+    if (!opts.quiet) progress.message(text);
   };
 
   reset_peak_memory(device);
@@ -210,7 +253,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     {
       model::AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
       const model::TrunkOutput out = model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step));
-      loss = model->loss(batch, out);
+      loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step));
     }
     loss.total.backward();
     const double grad_norm =
@@ -236,16 +279,21 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
 
     const bool log_now = step % cfg.log_every == 0 || step == cfg.steps;
     if (log_now) {
-      metrics.write("train", step,
-                    {{"loss", loss_value},
-                     {"distogram_loss", loss.distogram.item<double>()},
-                     {"distogram_accuracy", loss.distogram_accuracy.item<double>()},
-                     {"lr", lr},
-                     {"grad_norm", grad_norm},
-                     {"tokens_per_s", static_cast<double>(batch.real_tokens()) / (ms / 1e3)},
-                     {"step_ms", ms},
-                     {"peak_memory_gb", peak_memory_gb(device)},
-                     {"skipped", finite ? 0.0 : 1.0}});
+      std::map<std::string, double> fields = {
+          {"loss", loss_value},
+          {"distogram_loss", loss.distogram.item<double>()},
+          {"distogram_accuracy", loss.distogram_accuracy.item<double>()},
+          {"lr", lr},
+          {"grad_norm", grad_norm},
+          {"tokens_per_s", static_cast<double>(batch.real_tokens()) / (ms / 1e3)},
+          {"step_ms", ms},
+          {"peak_memory_gb", peak_memory_gb(device)},
+          {"skipped", finite ? 0.0 : 1.0}};
+      if (loss.diffusion_mse.defined()) {
+        fields["diffusion_mse"] = loss.diffusion_mse.item<double>();
+        fields["smooth_lddt_loss"] = loss.smooth_lddt.item<double>();
+      }
+      metrics.write("train", step, fields);
     }
     if (!opts.quiet) {
       const size_t w = std::min<size_t>(step_ms.size(), 20);

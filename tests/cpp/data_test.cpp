@@ -200,6 +200,22 @@ TEST(Dataset, BadFilesAreSkippedAndTheRunContinues) {
   EXPECT_NE(ds.skipped[1].find("ions.pdb"), std::string::npos);
 }
 
+// overfit: a validation entry by the split rule trains too, and validation scores the same
+// entries (here 19hc, a validation entry, and 1a28, a training one).
+TEST(Dataset, OverfitModeTrainsAndValidatesOnEveryEntry) {
+  TempDir dir;
+  fs::copy_file(kData + "/19hc.pdb.gz", dir.str() + "/19hc.pdb.gz");
+  fs::copy_file(kData + "/1a28.pdb.gz", dir.str() + "/1a28.pdb.gz");
+  const Dataset split = load_dataset(dir.str(), true);
+  EXPECT_EQ(split.train.size(), 1u);
+  EXPECT_EQ(split.validation.size(), 1u);
+  const Dataset all = load_dataset(dir.str(), true, /*overfit=*/true);
+  ASSERT_EQ(all.train.size(), 2u);
+  ASSERT_EQ(all.validation.size(), 2u);
+  EXPECT_EQ(all.validation[0].name, all.train[0].name);
+  EXPECT_EQ(all.validation[1].name, all.train[1].name);
+}
+
 TEST(Dataset, EmptyDirectoryIsAClearError) {
   TempDir dir;
   try {

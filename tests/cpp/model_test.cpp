@@ -86,8 +86,8 @@ TEST(Model, CheckpointedBlocksGiveTheSameLossAndGradients) {
     for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
   }
   const data::Batch b = batch_of(ubiquitin(), 24, 28);
-  const at::Tensor l1 = plain->loss(b, plain->forward(b, 5)).total;
-  const at::Tensor l2 = ckpt->loss(b, ckpt->forward(b, 5)).total;
+  const at::Tensor l1 = plain->loss(b, plain->forward(b, 5), 0).total;
+  const at::Tensor l2 = ckpt->loss(b, ckpt->forward(b, 5), 0).total;
   EXPECT_EQ(l1.item<float>(), l2.item<float>());
   l1.backward();
   l2.backward();
@@ -116,7 +116,7 @@ TEST(Model, RecomputeUnderAutocastLeavesNoStaleWeightCopies) {
   const data::Batch b = batch_of(ubiquitin(), 20, 24);
   auto loss_of = [&](MegaFold& model) {
     AutocastScope ac(at::kCPU, true, at::kBFloat16);
-    return model->loss(b, model->forward(b, 3)).total;
+    return model->loss(b, model->forward(b, 3), 0).total;
   };
   loss_of(m).backward();  // recomputes every block under autocast
   {
@@ -128,6 +128,39 @@ TEST(Model, RecomputeUnderAutocastLeavesNoStaleWeightCopies) {
     }
   }
   EXPECT_EQ(loss_of(m).item<float>(), loss_of(fresh).item<float>());
+}
+
+// With model.diffusion.samples > 0 the loss adds the weighted diffusion loss, gradients reach
+// the trunk through it, and the model samples structures of the batch's atom layout.
+TEST(Model, DiffusionModuleJoinsLossAndSamples) {
+  fresh_seed();
+  ModelConfig cfg = tiny_config();
+  cfg.dropout = 0.0;
+  DiffusionConfig& d = cfg.diffusion;
+  d.c_token = 16, d.n_blocks = 1, d.heads = 2, d.fourier_dim = 16, d.c_atom = 8, d.c_atompair = 4;
+  d.atom_blocks = 1, d.atom_heads = 2, d.samples = 2, d.weight = 4.0, d.sampler_steps = 3;
+  MegaFold m(cfg);
+  ASSERT_TRUE(m->has_diffusion());
+  randomise_parameters(*m, 0.2);
+  const data::Batch b = batch_of(ubiquitin(), 12, 14);
+  const TrunkOutput out = m->forward(b, 1);
+  const Losses l = m->loss(b, out, 9);
+  ASSERT_TRUE(l.diffusion_mse.defined());
+  // The diffusion term: at least the smooth-lDDT floor (0.196) times the weight; same seed,
+  // same loss.
+  EXPECT_GT((l.total - l.distogram).item<double>(), 4.0 * 0.19);
+  EXPECT_EQ(m->loss(b, out, 9).total.item<double>(), l.total.item<double>());
+  EXPECT_NE(m->loss(b, out, 10).total.item<double>(), l.total.item<double>());
+  l.total.backward();
+  // The last block's single track reaches no distogram, only the diffusion module.
+  auto p = m->named_parameters();
+  EXPECT_GT(p["pairformer.block_1.single_transition.w_in"].grad().abs().sum().item<double>(), 0.0);
+  const at::Tensor x = m->sample(b, out, 2, 4);
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2, 14 * data::kMaxAtomsPerToken, 3}));
+  EXPECT_TRUE(x.isfinite().all().item<bool>());
+  MegaFold trunk_only(tiny_config());
+  EXPECT_FALSE(trunk_only->has_diffusion());
+  EXPECT_FALSE(trunk_only->loss(b, trunk_only->forward(b, 1), 9).diffusion_mse.defined());
 }
 
 TEST(Distogram, BinsMatchHandComputedDistances) {

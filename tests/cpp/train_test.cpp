@@ -67,6 +67,19 @@ TEST(Config, ErrorsNameTheFileAndKey) {
   EXPECT_NE(error_of(R"({"model": 3})").find("test.json [model]: must be a JSON object"), std::string::npos);
   EXPECT_NE(error_of(R"({"optim": {"ema_decay": 1.5}})").find("'optim.ema_decay' must be in [0, 1]"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"distogram_min": 30}})").find("distogram_min"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"diffusion": {"sampels": 4}}})").find("test.json [model] [diffusion]: unknown key 'sampels'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"diffusion": {"samples": 2, "heads": 5}}})").find("multiples of 'heads'"),
+            std::string::npos);
+}
+
+TEST(Config, DiffusionSectionRoundTripsAndCountsForResume) {
+  const TrainConfig a = load_config("cpu-diffusion");
+  EXPECT_GT(a.model.diffusion.samples, 0);
+  EXPECT_EQ(load_config("cpu-tiny").model.diffusion.samples, 0);  // off unless asked for
+  TrainConfig b = a;
+  b.model.diffusion.c_atom = a.model.diffusion.c_atom * 2;
+  EXPECT_NE(resume_mismatch(a, b).find("model.diffusion"), std::string::npos) << resume_mismatch(a, b);
 }
 
 TEST(Config, ResumeMismatchNamesChangedSettings) {
