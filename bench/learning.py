@@ -13,6 +13,7 @@ usage: python3 bench/learning.py --bin build/megafold --entry 1a8o --steps 1500 
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import platform
 import subprocess
@@ -53,7 +54,7 @@ def main():
         subprocess.run([args.bin, "train", "--config", str(tmp / "config.json"), "--out", str(tmp / "run"),
                         "--quiet"], check=True)
         rows = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
-    device = "CPU: " + (platform.processor() or platform.machine())
+    device = f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     result = {"commit": commit(), "date": date, "config": config, "rows": [
         {"test": f"overfit-{args.entry}", "steps": r["step"], "lddt_ca": round(r["lddt_ca"], 4),
