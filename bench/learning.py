@@ -13,21 +13,11 @@ usage: python3 bench/learning.py --bin build/megafold --entry 1a8o --steps 1500 
 import argparse
 import datetime
 import json
-import os
 import pathlib
-import platform
 import subprocess
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+from train_step import ROOT, commit, device_name  # same commit and host description as the step benchmark
 
 
 def main():
@@ -54,7 +44,7 @@ def main():
         subprocess.run([args.bin, "train", "--config", str(tmp / "config.json"), "--out", str(tmp / "run"),
                         "--quiet"], check=True)
         rows = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
-    device = f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    device = device_name()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     result = {"commit": commit(), "date": date, "config": config, "rows": [
         {"test": f"overfit-{args.entry}", "steps": r["step"], "lddt_ca": round(r["lddt_ca"], 4),

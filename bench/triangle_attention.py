@@ -16,12 +16,12 @@ import argparse
 import datetime
 import json
 import math
-import os
 import pathlib
-import subprocess
 
 import torch
 import torch.nn.functional as F
+
+from train_step import commit  # MEGAFOLD_COMMIT or the checkout's HEAD
 
 H, D = 4, 32
 
@@ -87,16 +87,6 @@ def markdown(result):
             lines.append(f"| {r['n']} | {r['impl']} | {r['fwd_ms']:.3f} | {r['fwdbwd_ms']:.3f} | "
                          f"{r['peak_gb']:.3f} | {r['fwd_tflops']} | {r['fwdbwd_tflops']} |")
     return "\n".join(lines) + "\n"
-
-
-def commit():
-    if os.environ.get("MEGAFOLD_COMMIT"):
-        return os.environ["MEGAFOLD_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main():

@@ -128,13 +128,10 @@ AtomAttentionEncoderImpl::AtomAttentionEncoderImpl(const DiffusionConfig& cfg, i
   transformer_ = register_module("transformer", AtomTransformer(ca, cp, cfg.atom_blocks, cfg.atom_heads));
 }
 
-AtomEncoding AtomAttentionEncoderImpl::forward(const data::ReferenceFeatures& ref, const at::Tensor& atom_mask,
-                                               const at::Tensor& r, const at::Tensor& s_trunk, const at::Tensor& z,
-                                               const AtomWindows& w) {
+AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatures& ref, const at::Tensor& s_trunk,
+                                                    const at::Tensor& z, const AtomWindows& w) {
   const int64_t B = ref.pos.size(0), N = ref.pos.size(1), A = N * kMaxAtomsPerToken;
   MF_CHECK(w.atoms == A, "AtomAttentionEncoder: windows for ", w.atoms, " atoms, features for ", A);
-  MF_CHECK(atom_mask.dim() == 2 && atom_mask.size(0) == B && atom_mask.size(1) == A,
-           "AtomAttentionEncoder: atom_mask must be [B, A] = [", B, ", ", A, "], got ", atom_mask.sizes());
   const auto opts = w_feat_.options();
   // Line 1: atom single features.
   const at::Tensor feat = at::cat({ref.pos.to(opts), ref.charge.unsqueeze(-1).to(opts), ref.mask.unsqueeze(-1).to(opts),
@@ -153,22 +150,30 @@ AtomEncoding AtomAttentionEncoderImpl::forward(const data::ReferenceFeatures& re
   const at::Tensor same = ((tok_q.unsqueeze(2) == tok_k.unsqueeze(1)) & w.valid.unsqueeze(1)).to(opts).unsqueeze(-1);
   at::Tensor p = (at::linear(d, w_d_) + at::linear(1 / (1 + d.pow(2).sum(-1, true)), w_inv_) + at::linear(same, w_v_)) *
                  same;  // [B, bl, 32, 128, c_atompair]
-  at::Tensor q = c;
-  if (r.defined()) {  // lines 8-12: the trunk's conditioning and the noisy positions
+  if (s_trunk.defined()) {  // lines 9-11: the trunk's conditioning
     c = c + to_atoms(at::linear(at::layer_norm(s_trunk, {s_trunk.size(-1)}, ln_s_w_, ln_s_b_), w_s_));
     const at::Tensor zp = at::linear(at::layer_norm(z, {z.size(-1)}, ln_z_w_, ln_z_b_), w_z_);  // [B, N, N, cp]
     p = p + zp.index({at::indexing::Slice(), tok_q.unsqueeze(-1), tok_k.unsqueeze(1)});
-    q = c + at::linear(r, w_r_);
   }
   // Lines 13-14.
   p = p + at::linear(at::relu(w.queries(c)), w_cl_).unsqueeze(3) + at::linear(at::relu(w.keys_of(c)), w_cm_).unsqueeze(2);
   p = p + at::linear(at::relu(at::linear(at::relu(at::linear(at::relu(p), w_mlp1_)), w_mlp2_)), w_mlp3_);
-  q = transformer_(q, c, p, atom_mask, w);
+  return {c, p};
+}
+
+AtomEncoding AtomAttentionEncoderImpl::forward(const AtomConditioning& cond, const at::Tensor& atom_mask,
+                                               const at::Tensor& r, const AtomWindows& w) {
+  const int64_t B = cond.c.size(0), A = cond.c.size(1), N = A / kMaxAtomsPerToken;
+  MF_CHECK(atom_mask.dim() == 2 && atom_mask.size(0) == B && atom_mask.size(1) == A,
+           "AtomAttentionEncoder: atom_mask must be [B, A] = [", B, ", ", A, "], got ", atom_mask.sizes());
+  const auto opts = cond.c.options();
+  // Line 8: the noisy positions.
+  const at::Tensor q = transformer_(r.defined() ? cond.c + at::linear(r, w_r_) : cond.c, cond.c, cond.p, atom_mask, w);
   // Line 15: mean over each token's atoms.
   const at::Tensor m = atom_mask.to(opts).view({B, N, kMaxAtomsPerToken, 1});
   const at::Tensor per_atom = at::relu(at::linear(q, w_a_)).view({B, N, kMaxAtomsPerToken, c_token_});
   const at::Tensor a = (per_atom * m).sum(2) / m.sum(2).clamp_min(1);
-  return {a, q, c, p};
+  return {a, q, cond.c, cond.p};
 }
 
 AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg) {

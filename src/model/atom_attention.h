@@ -69,14 +69,26 @@ struct AtomEncoding {
   at::Tensor p_skip;  // [B, blocks, 32, 128, c_atompair]
 };
 
-// AF3 SI Alg. 5. ref: reference features of the tokens; atom_mask [B, A] (atoms that exist);
-// r [B, A, 3] scaled noisy positions, s_trunk [B, N, c_s], z [B, N, N, c_z]: all three
-// given (diffusion) or all undefined (the trunk's input embedder use).
+// The atom single and window pair conditioning of Alg. 5 (lines 1-7 and 9-14): everything
+// but the noisy positions, so one trunk pass computes it once for all noise levels and
+// samples.
+struct AtomConditioning {
+  at::Tensor c;  // [B, A, c_atom]
+  at::Tensor p;  // [B, blocks, 32, 128, c_atompair]
+};
+
+// AF3 SI Alg. 5, in two parts.
 class AtomAttentionEncoderImpl : public torch::nn::Module {
  public:
   AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z);
-  AtomEncoding forward(const data::ReferenceFeatures& ref, const at::Tensor& atom_mask, const at::Tensor& r,
-                       const at::Tensor& s_trunk, const at::Tensor& z, const AtomWindows& w);
+  // ref: reference features of the tokens; s_trunk [B, N, c_s] and z [B, N, N, c_z] both given
+  // (diffusion) or both undefined (the trunk's input embedder use).
+  AtomConditioning condition(const data::ReferenceFeatures& ref, const at::Tensor& s_trunk, const at::Tensor& z,
+                             const AtomWindows& w);
+  // atom_mask [B, A] (atoms that exist); r [B, A, 3] scaled noisy positions, given exactly
+  // when the conditioning saw s_trunk and z.
+  AtomEncoding forward(const AtomConditioning& cond, const at::Tensor& atom_mask, const at::Tensor& r,
+                       const AtomWindows& w);
  private:
   int64_t c_token_;
   at::Tensor w_feat_, w_d_, w_inv_, w_v_, ln_s_w_, ln_s_b_, w_s_, ln_z_w_, ln_z_b_, w_z_, w_r_, w_cl_, w_cm_,

@@ -123,7 +123,7 @@ DiffusionConditioningImpl::DiffusionConditioningImpl(const DiffusionConfig& cfg,
 Conditioning DiffusionConditioningImpl::forward(const at::Tensor& t, const at::Tensor& s_inputs,
                                                 const at::Tensor& s_trunk, const at::Tensor& z_trunk,
                                                 const at::Tensor& relpos) {
-  return {single(t, s_inputs, s_trunk), pair(z_trunk, relpos)};
+  return {single(t, single_base(s_inputs, s_trunk)), pair(z_trunk, relpos)};
 }
 
 at::Tensor DiffusionConditioningImpl::pair(const at::Tensor& z_trunk, const at::Tensor& relpos) {
@@ -132,9 +132,12 @@ at::Tensor DiffusionConditioningImpl::pair(const at::Tensor& z_trunk, const at::
   return z;
 }
 
-at::Tensor DiffusionConditioningImpl::single(const at::Tensor& t, const at::Tensor& s_inputs,
-                                             const at::Tensor& s_trunk) {
-  at::Tensor s = at::linear(layer_norm(at::cat({s_trunk, s_inputs}, -1), ln_s_w_, ln_s_b_), w_s_);
+at::Tensor DiffusionConditioningImpl::single_base(const at::Tensor& s_inputs, const at::Tensor& s_trunk) {
+  return at::linear(layer_norm(at::cat({s_trunk, s_inputs}, -1), ln_s_w_, ln_s_b_), w_s_);
+}
+
+at::Tensor DiffusionConditioningImpl::single(const at::Tensor& t, const at::Tensor& s_base) {
+  at::Tensor s = s_base;
   const at::Tensor n = fourier_(0.25 * at::log(t / sigma_data_));  // [B, fourier_dim]
   s = s + at::linear(layer_norm(n, ln_n_w_, ln_n_b_), w_n_).unsqueeze(1);
   for (auto& tr : s_trans_) s = s + tr(s);

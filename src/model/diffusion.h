@@ -88,10 +88,12 @@ class DiffusionConditioningImpl : public torch::nn::Module {
   // z_trunk, relpos [B, N, N, c_z].
   Conditioning forward(const at::Tensor& t, const at::Tensor& s_inputs, const at::Tensor& s_trunk,
                        const at::Tensor& z_trunk, const at::Tensor& relpos);
-  // The two halves: the pair part does not depend on t (computed once per trunk pass and
-  // shared by all diffusion samples); the single part does.
+  // The parts: the pair and the projected single (single_base) do not depend on t, so one
+  // trunk pass computes them once for all noise levels and samples; single() adds the noise
+  // level to single_base's result.
   at::Tensor pair(const at::Tensor& z_trunk, const at::Tensor& relpos);
-  at::Tensor single(const at::Tensor& t, const at::Tensor& s_inputs, const at::Tensor& s_trunk);
+  at::Tensor single_base(const at::Tensor& s_inputs, const at::Tensor& s_trunk);
+  at::Tensor single(const at::Tensor& t, const at::Tensor& s_base);
  private:
   double sigma_data_;
   at::Tensor ln_z_w_, ln_z_b_, w_z_, ln_s_w_, ln_s_b_, w_s_, ln_n_w_, ln_n_b_, w_n_;

@@ -18,11 +18,6 @@ using data::kMaxAtomsPerToken;
 // Each example's row repeated for its S samples (example-major).
 at::Tensor per_sample(const at::Tensor& x, int64_t S) { return S == 1 ? x : x.repeat_interleave(S, 0); }
 
-data::ReferenceFeatures per_sample(const data::ReferenceFeatures& r, int64_t S) {
-  return {per_sample(r.pos, S), per_sample(r.element, S), per_sample(r.charge, S), per_sample(r.mask, S),
-          per_sample(r.name_chars, S)};
-}
-
 at::Tensor randn(at::IntArrayRef shape, at::Generator& gen, const at::TensorOptions& to) {
   return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(to);
 }
@@ -64,10 +59,11 @@ DiffusionModuleImpl::Prepared DiffusionModuleImpl::prepare(const TrunkContext& c
   Prepared p;
   p.ctx = &ctx;
   p.z = conditioning_->pair(ctx.z_trunk, relpos_(b));
-  p.ref = data::reference_features(b.restype);
+  p.s_base = conditioning_->single_base(ctx.s_inputs, ctx.s_trunk);
   const int64_t B = b.size(), A = b.n_tokens() * kMaxAtomsPerToken;
   p.atom_mask = (b.atom_mask * b.token_mask.unsqueeze(-1)).reshape({B, A});
   p.windows = std::make_shared<AtomWindows>(A, b.restype.device());
+  p.atoms = encoder_->condition(data::reference_features(b.restype), ctx.s_trunk, p.z, *p.windows);
   return p;
 }
 
@@ -75,13 +71,14 @@ at::Tensor DiffusionModuleImpl::forward(const at::Tensor& x_noisy, const at::Ten
   const TrunkContext& ctx = *p.ctx;
   const int64_t S = samples_of(x_noisy, ctx);
   const double sd = cfg_.sigma_data;
-  const at::Tensor s_trunk = per_sample(ctx.s_trunk, S), z = per_sample(p.z, S);
-  const at::Tensor s = conditioning_->single(t, per_sample(ctx.s_inputs, S), s_trunk);
+  const at::Tensor z = per_sample(p.z, S);
+  const at::Tensor s = conditioning_->single(t, per_sample(p.s_base, S));
   const at::Tensor atom_mask = per_sample(p.atom_mask, S);
   const at::Tensor t3 = t.view({-1, 1, 1});
   // EDM preconditioning: the network sees positions of unit scale.
   const at::Tensor r_noisy = x_noisy / at::sqrt(t3 * t3 + sd * sd);
-  const AtomEncoding enc = encoder_(per_sample(p.ref, S), atom_mask, r_noisy, s_trunk, z, *p.windows);
+  const AtomEncoding enc =
+      encoder_(AtomConditioning{per_sample(p.atoms.c, S), per_sample(p.atoms.p, S)}, atom_mask, r_noisy, *p.windows);
   at::Tensor a = enc.a + at::linear(at::layer_norm(s, {s.size(-1)}, ln_s_w_, ln_s_b_), w_s_);
   a = transformer_(a, s, z, per_sample(ctx.batch->token_mask, S));
   a = at::layer_norm(a, {a.size(-1)}, ln_a_w_, ln_a_b_);

@@ -34,7 +34,8 @@ class DiffusionModuleImpl : public torch::nn::Module {
   struct Prepared {
     const TrunkContext* ctx = nullptr;
     at::Tensor z;                  // [B, N, N, c_z] conditioned pair (Alg. 21, pair half)
-    data::ReferenceFeatures ref;   // per-token reference atoms
+    at::Tensor s_base;             // [B, N, c_s] projected single before the noise level
+    AtomConditioning atoms;        // atom single and window pair conditioning (Alg. 5)
     at::Tensor atom_mask;          // [B, A] resolved atoms of real tokens
     std::shared_ptr<AtomWindows> windows;
   };
