@@ -29,7 +29,7 @@ const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
   return train[perm[g % n]];
 }
 
-Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
+std::vector<std::string> list_structure_files(const std::string& dir) {
   MF_CHECK(std::filesystem::is_directory(dir), "data directory '", dir,
            "' does not exist; pass --data DIR with mmCIF/PDB files (e.g. data/pdb)");
   std::vector<std::string> paths;
@@ -42,7 +42,11 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
     throw Error("cannot list data directory '" + dir + "': " + ex.what());
   }
   std::sort(paths.begin(), paths.end());
+  return paths;
+}
 
+Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
+  const std::vector<std::string> paths = list_structure_files(dir);
   Dataset ds;
   for (const std::string& p : paths) {
     try {

@@ -29,6 +29,10 @@ struct Dataset {
   const Entry& sample(uint64_t seed, uint64_t g) const;
 };
 
+// Structure files under `dir` (recursively, sorted by path); throws naming a missing or
+// unreadable directory.
+std::vector<std::string> list_structure_files(const std::string& dir);
+
 // Loads every structure file under `dir` (recursively, sorted by path). A file that cannot
 // be used is skipped with a warning on stderr naming the file and the reason; the load
 // fails only when no training entry is left. Long entries are kept whole: crops cut them.

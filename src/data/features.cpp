@@ -60,6 +60,30 @@ ReferenceFeatures reference_features(const at::Tensor& restype) {
   return {gather(tables[0]), gather(tables[1]), gather(tables[2]), gather(tables[3]), gather(tables[4])};
 }
 
+Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
+  Entry out = e;
+  out.restype.clear(), out.residue_index.clear(), out.author_index.clear(), out.insertion_codes.clear();
+  out.asym_id.clear(), out.entity_id.clear(), out.sym_id.clear(), out.coords.clear(), out.atom_mask.clear();
+  const bool author = e.author_index.size() == e.restype.size();
+  for (const int32_t i : tokens) {
+    MF_CHECK(i >= 0 && i < e.n_tokens(), "select_tokens: token ", i, " is outside ", e.name, " (", e.n_tokens(),
+             " tokens)");
+    out.restype.push_back(e.restype[i]);
+    out.residue_index.push_back(e.residue_index[i]);
+    if (author) {
+      out.author_index.push_back(e.author_index[i]);
+      out.insertion_codes.push_back(e.insertion_codes[i]);
+    }
+    out.asym_id.push_back(e.asym_id[i]);
+    out.entity_id.push_back(e.entity_id[i]);
+    out.sym_id.push_back(e.sym_id[i]);
+    const size_t a = static_cast<size_t>(i) * kMaxAtomsPerToken;
+    out.coords.insert(out.coords.end(), e.coords.begin() + 3 * a, e.coords.begin() + 3 * (a + kMaxAtomsPerToken));
+    out.atom_mask.insert(out.atom_mask.end(), e.atom_mask.begin() + a, e.atom_mask.begin() + a + kMaxAtomsPerToken);
+  }
+  return out;
+}
+
 std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {
   const int n = e.n_tokens();
   std::vector<int32_t> all(n);

@@ -50,6 +50,9 @@ ReferenceFeatures reference_features(const at::Tensor& restype);
 // the budget left). Returns all tokens when the entry fits. Deterministic in `seed`.
 std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed);
 
+// The entry restricted to `tokens` (sorted token indices, e.g. a crop), chains and numbering kept.
+Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens);
+
 // Builds a batch from entries and their token selections (empty selection = all tokens),
 // padded to pad_to tokens (0 = the longest selection).
 Batch make_batch(const std::vector<const Entry*>& entries,

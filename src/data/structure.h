@@ -35,6 +35,8 @@ struct Entry {
   std::vector<int32_t> sym_id;         // [n_token]
   std::vector<float> coords;           // [n_token, kMaxAtomsPerToken, 3]  Angstrom
   std::vector<uint8_t> atom_mask;      // [n_token, kMaxAtomsPerToken]
+  std::vector<int32_t> author_index;   // [n_token]   author residue number (auth_seq_id)
+  std::string insertion_codes;         // [n_token]   author insertion code, ' ' for none
   std::vector<std::string> chain_ids;  // [n_chain]   author chain id per asym_id
   int dropped_residues = 0;            // waters, ligands, non-protein polymers
   int dropped_hydrogens = 0;
@@ -48,9 +50,22 @@ struct Entry {
 // the file and what is wrong (unreadable, truncated, not a structure, no protein chain).
 Entry load_entry(const std::string& path);
 
+// Rule 6 on a filled entry: entity_id and sym_id from the chains' sequences.
+void assign_entities(Entry& e);
+
+// Reads a protein FASTA file: one chain per record (chain ids A, B, ... in file order),
+// residues numbered from 1, no coordinates (atom_mask all 0). One-letter codes, either case;
+// X, B, Z, J, U, O become UNK; a trailing '*' ends a record. Throws megafold::Error naming the
+// file and line of a character that is not a residue code, or an empty file or record.
+Entry load_fasta(const std::string& path);
+
+// True for .fasta .fa .faa .fas file names.
+bool is_fasta_file(const std::string& path);
+
 // Writes entry `e` as mmCIF (gemmi; one model): chains named e.chain_ids, residues numbered
-// residue_index (label and author numbering, so load_entry reads the same numbers back),
-// the heavy atoms of the dense layout that atom_mask marks. coords: [n_token *
+// residue_index (label_seq_id) and author_index with insertion_codes (auth_seq_id; residue_index
+// when the entry has no author numbering), so load_entry reads the same numbers back; the
+// heavy atoms of the dense layout that atom_mask marks. coords: [n_token *
 // kMaxAtomsPerToken * 3] Angstrom to write instead of e.coords (a prediction; empty = e.coords);
 // b_factors: [n_token * kMaxAtomsPerToken] for the B-factor column (pLDDT; empty = 0).
 // Written atomically. Throws megafold::Error naming the path on a size mismatch or I/O error.

@@ -67,6 +67,8 @@ bool append_token(Entry& e, const gemmi::Residue& res, int t, int asym, int32_t 
   if (std::none_of(mask.begin(), mask.end(), [](uint8_t m) { return m != 0; })) return false;
   e.restype.push_back(static_cast<int8_t>(t));
   e.residue_index.push_back(index);
+  e.author_index.push_back(res.seqid.num.value);
+  e.insertion_codes.push_back(res.seqid.icode == '\0' ? ' ' : res.seqid.icode);
   e.asym_id.push_back(asym);
   e.coords.insert(e.coords.end(), xyz.begin(), xyz.end());
   e.atom_mask.insert(e.atom_mask.end(), mask.begin(), mask.end());
@@ -80,6 +82,23 @@ bool is_structure_file(const std::string& path) {
   std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return std::tolower(c); });
   if (ends_with(p, ".gz")) p.resize(p.size() - 3);
   return ends_with(p, ".cif") || ends_with(p, ".mmcif") || ends_with(p, ".pdb") || ends_with(p, ".ent");
+}
+
+void assign_entities(Entry& e) {
+  // Rule 6: entities by identical sequence, sym_id by copy number within the entity.
+  std::map<std::string, std::pair<int, int>> entity_of;  // sequence -> (entity, copies)
+  std::vector<int> chain_entity(e.n_chains()), chain_sym(e.n_chains());
+  for (int c = 0; c < e.n_chains(); ++c) {
+    auto [it, inserted] = entity_of.try_emplace(e.sequence(c), static_cast<int>(entity_of.size()), 0);
+    chain_entity[c] = it->second.first;
+    chain_sym[c] = it->second.second++;
+  }
+  e.entity_id.clear();
+  e.sym_id.clear();
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    e.entity_id.push_back(chain_entity[e.asym_id[i]]);
+    e.sym_id.push_back(chain_sym[e.asym_id[i]]);
+  }
 }
 
 std::string Entry::sequence(int asym) const {
@@ -134,18 +153,7 @@ Entry load_entry(const std::string& path) {
     reject(path, "no protein chain with resolved residues (" +
                      std::to_string(e.dropped_residues) + " non-protein residues dropped)");
 
-  // Rule 6: entities by identical sequence, sym_id by copy number within the entity.
-  std::map<std::string, std::pair<int, int>> entity_of;  // sequence -> (entity, copies)
-  std::vector<int> chain_entity(e.n_chains()), chain_sym(e.n_chains());
-  for (int c = 0; c < e.n_chains(); ++c) {
-    auto [it, inserted] = entity_of.try_emplace(e.sequence(c), static_cast<int>(entity_of.size()), 0);
-    chain_entity[c] = it->second.first;
-    chain_sym[c] = it->second.second++;
-  }
-  for (int i = 0; i < e.n_tokens(); ++i) {
-    e.entity_id.push_back(chain_entity[e.asym_id[i]]);
-    e.sym_id.push_back(chain_sym[e.asym_id[i]]);
-  }
+  assign_entities(e);
   return e;
 }
 
@@ -167,9 +175,12 @@ void write_mmcif(const Entry& e, const std::string& path, const std::vector<floa
     if (i == 0 || e.asym_id[i] != e.asym_id[i - 1]) model.chains.emplace_back(e.chain_ids.at(e.asym_id[i]));
     gemmi::Residue res;
     res.name = std::string(amino_acid_name(e.restype[i]));
-    res.seqid = gemmi::SeqId(e.residue_index[i], ' ');
+    const bool author = e.author_index.size() == e.restype.size();
+    res.seqid = author ? gemmi::SeqId(e.author_index[i], e.insertion_codes.at(i)) : gemmi::SeqId(e.residue_index[i], ' ');
     res.label_seq = e.residue_index[i];
     res.entity_type = gemmi::EntityType::Polymer;
+    res.subchain = e.chain_ids.at(e.asym_id[i]);  // label_asym_id = the author chain id
+    res.entity_id = std::to_string(e.entity_id.at(i) + 1);
     res.het_flag = 'A';
     const auto& names = atom_names(e.restype[i]);
     for (int a = 0; a < kMaxAtomsPerToken; ++a) {
@@ -186,9 +197,31 @@ void write_mmcif(const Entry& e, const std::string& path, const std::vector<floa
     }
     model.chains.back().residues.push_back(std::move(res));
   }
-  gemmi::setup_entities(st);
+  // Entities numbered 1, 2, ... from the entry's entity ids (chains with one sequence share one).
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    const std::string name = std::to_string(e.entity_id[i] + 1);
+    auto it = std::find_if(st.entities.begin(), st.entities.end(), [&](const gemmi::Entity& x) { return x.name == name; });
+    if (it == st.entities.end()) {
+      st.entities.emplace_back(name);
+      it = std::prev(st.entities.end());
+      it->entity_type = gemmi::EntityType::Polymer;
+      it->polymer_type = gemmi::PolymerType::PeptideL;
+    }
+    const std::string& chain = e.chain_ids.at(e.asym_id[i]);
+    if (std::find(it->subchains.begin(), it->subchains.end(), chain) == it->subchains.end()) {
+      it->subchains.push_back(chain);
+    } else if (it->subchains.front() != chain) {
+      continue;  // the sequence is recorded from the entity's first chain
+    }
+    it->full_sequence.emplace_back(amino_acid_name(e.restype[i]));
+  }
+  // Models, not crystals: no unit cell or symmetry; ATOM records marked as such.
+  gemmi::MmcifOutputGroups groups(true);
+  groups.group_pdb = true;
+  groups.cell = false;
+  groups.symmetry = false;
   std::ostringstream text;
-  gemmi::cif::write_cif_to_stream(text, gemmi::make_mmcif_document(st));
+  gemmi::cif::write_cif_to_stream(text, gemmi::make_mmcif_document(st, groups));
   write_file_atomically(path, text.str());
 }
 

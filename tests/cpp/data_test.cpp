@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -315,6 +316,8 @@ TEST(MmcifWriter, RoundTripsThroughGemmi) {
   EXPECT_EQ(back.chain_ids, e.chain_ids);
   EXPECT_EQ(back.restype, e.restype);
   EXPECT_EQ(back.residue_index, e.residue_index);
+  EXPECT_EQ(back.author_index, e.author_index);
+  EXPECT_EQ(back.insertion_codes, e.insertion_codes);
   EXPECT_EQ(back.asym_id, e.asym_id);
   EXPECT_EQ(back.entity_id, e.entity_id);
   EXPECT_EQ(back.atom_mask, e.atom_mask);
@@ -336,6 +339,63 @@ TEST(MmcifWriter, RoundTripsThroughGemmi) {
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find(out), std::string::npos) << err.what();
   }
+}
+
+// Author numbering is kept beside label numbering: 1a8o's chain is numbered from 151 by its
+// authors and from 1 by label_seq_id; a crop keeps both and the coordinates of its tokens.
+TEST(Structure, AuthorNumberingAndTokenSelection) {
+  const Entry e = load_entry(kData + "/1a8o.cif.gz");
+  ASSERT_EQ(e.author_index.size(), e.restype.size());
+  EXPECT_EQ(e.author_index.front(), 151);
+  EXPECT_EQ(e.residue_index.front(), 1);
+  EXPECT_EQ(e.insertion_codes, std::string(e.n_tokens(), ' '));
+  const Entry sub = select_tokens(e, {3, 4, 10});
+  EXPECT_EQ(sub.n_tokens(), 3);
+  EXPECT_EQ(sub.author_index, (std::vector<int32_t>{154, 155, 161}));
+  EXPECT_EQ(sub.residue_index, (std::vector<int32_t>{4, 5, 11}));
+  EXPECT_EQ(sub.chain_ids, e.chain_ids);
+  for (int a = 0; a < kMaxAtomsPerToken * 3; ++a) EXPECT_EQ(sub.coords[2 * kMaxAtomsPerToken * 3 + a], e.coords[10 * kMaxAtomsPerToken * 3 + a]);
+  EXPECT_THROW(select_tokens(e, {e.n_tokens()}), Error);
+}
+
+// FASTA input: records become chains A, B, ... numbered from 1; identical sequences share an
+// entity; ambiguity codes become UNK; errors name the file, line and column.
+TEST(Fasta, RecordsBecomeChains) {
+  TempDir dir;
+  const std::string p = dir.write("pair.fasta", ">sp|P1 first\nMKT\nayX*\n\n>second copy\r\nMKTAYX\n>third\nGG\n");
+  const Entry e = load_fasta(p);
+  EXPECT_EQ(e.name, "pair");
+  EXPECT_EQ(e.chain_ids, (std::vector<std::string>{"A", "B", "C"}));
+  EXPECT_EQ(e.sequence(0), "MKTAYX");
+  EXPECT_EQ(e.sequence(1), "MKTAYX");
+  EXPECT_EQ(e.restype[5], kUnknownAminoAcid);
+  EXPECT_EQ(e.entity_id[0], e.entity_id[6]);
+  EXPECT_NE(e.entity_id[0], e.entity_id[12]);
+  EXPECT_EQ(e.sym_id[6], 1);
+  EXPECT_EQ(e.residue_index[6], 1);
+  EXPECT_EQ(e.residue_index[11], 6);
+  EXPECT_EQ(e.coords.size(), static_cast<size_t>(e.n_tokens()) * kMaxAtomsPerToken * 3);
+  EXPECT_TRUE(std::all_of(e.atom_mask.begin(), e.atom_mask.end(), [](uint8_t m) { return m == 0; }));
+  EXPECT_TRUE(is_fasta_file(p) && is_fasta_file("x.FA") && !is_fasta_file("x.cif"));
+}
+
+TEST(Fasta, MalformedFilesNameFileLineAndProblem) {
+  TempDir dir;
+  auto error = [&](const std::string& name, const std::string& text) {
+    const std::string p = dir.write(name, text);
+    try {
+      load_fasta(p);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("digit.fa", ">a\nMKT\nMK7A\n").find(":3:3: '7' is not an amino-acid code"), std::string::npos);
+  EXPECT_NE(error("empty_record.fa", ">a\n>b\nMK\n").find(":1: record 'A' has no residues"), std::string::npos);
+  EXPECT_NE(error("headless.fa", "MKT\n").find("before the first '>'"), std::string::npos);
+  EXPECT_NE(error("nothing.fa", "").find("no FASTA record"), std::string::npos);
+  EXPECT_NE(error("after_stop.fa", ">a\nMK*T\n").find("after the record's terminating '*'"), std::string::npos);
 }
 
 // Reference atoms (CCD ideal conformers): every slot of the layout and nothing else; known
