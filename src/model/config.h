@@ -21,6 +21,23 @@ struct DiffusionConfig {
   int64_t samples = 0;          // noisy copies per example per step
   double weight = 4.0;          // alpha_diffusion (AF3 SI Sec. 4.2)
   int64_t sampler_steps = 200;  // Alg. 18 steps when sampling (validation, prediction)
+  // Samples per chunk of the training loss: each chunk's module activations are recomputed in
+  // backward, so memory holds one chunk at a time (AF3 runs 48 samples); 0 = all at once.
+  int64_t sample_chunk = 0;
+};
+
+// Confidence head for pLDDT (AF3 SI Alg. 31 and Sec. 4.3.1). It needs the diffusion module:
+// it is trained on the model's own structure from a short sampler rollout, with gradients
+// stopped at its inputs (trunk and rollout), so it never changes what the trunk learns.
+struct ConfidenceConfig {
+  int64_t n_blocks = 0;         // Pairformer blocks of the head (AF3: 4); 0 = no head
+  int64_t plddt_bins = 50;      // bins over lDDT in [0, 1]
+  int64_t distance_bins = 39;   // one-hot of predicted representative-atom distances,
+  double distance_min = 3.375;  //   edges from distance_min to distance_max (AF3: 3 3/8 .. 21 3/8 A)
+  double distance_max = 21.375;
+  int64_t rollout_steps = 20;   // sampler steps of the training rollout (AF3: 20)
+  int64_t every = 1;            // train the head every `every` optimiser steps (rollouts are costly)
+  double weight = 1e-4;         // alpha_confidence (AF3 SI Sec. 4.2)
 };
 
 struct ModelConfig {
@@ -40,7 +57,12 @@ struct ModelConfig {
   double distogram_min = 2.0;
   double distogram_max = 22.0;
   bool checkpoint_blocks = false;    // recompute each block in backward (activation checkpointing)
+  // Trunk passes (AF3 N_cycle; AF3 uses 4). Each pass adds the previous pass's s and z through
+  // LayerNorm + linear (Alg. 1 lines 8-11). Training draws 1..recycles passes per step from the
+  // step seed and backpropagates through the last only; inference always runs `recycles`.
+  int64_t recycles = 1;
   DiffusionConfig diffusion;         // structure module (off unless diffusion.samples > 0)
+  ConfidenceConfig confidence;       // pLDDT head (off unless confidence.n_blocks > 0)
 };
 
 

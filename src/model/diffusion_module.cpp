@@ -4,10 +4,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "core/check.h"
 #include "data/residue_constants.h"
+#include "model/recompute.h"
 #include "model/structure_losses.h"
 
 namespace megafold::model {
@@ -96,7 +99,28 @@ at::Tensor centre_random_augmentation(const at::Tensor& x, const at::Tensor& mas
   return at::matmul(x - centre, rot.transpose(1, 2)) + shift;
 }
 
-DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, uint64_t seed) {
+namespace {
+
+// Loss terms of some rows of the diffusion batch, summed: weighted MSE + smooth lDDT (the
+// differentiable total), and the plain MSE and smooth lDDT sums for the logs.
+struct RowTerms {
+  at::Tensor x_noisy, t, gt, mask;  // the rows' inputs and targets
+};
+
+std::vector<at::Tensor> row_loss(DiffusionModule& module, const DiffusionModuleImpl::Prepared& prep,
+                                 const RowTerms& r) {
+  const double sd = module->config().sigma_data;
+  const at::Tensor denoised = module(r.x_noisy, r.t, prep);
+  const at::Tensor mse = aligned_mse_loss(denoised, r.gt, at::ones_like(r.mask), r.mask);  // [R]
+  const at::Tensor lddt = smooth_lddt_loss(denoised, r.gt, r.mask);                        // [R]
+  const at::Tensor weight = (r.t * r.t + sd * sd) / (r.t * sd).pow(2);
+  return {(weight * mse).sum() + lddt.sum(), mse.sum().detach(), lddt.sum().detach()};
+}
+
+}  // namespace
+
+DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, int64_t chunk,
+                             uint64_t seed) {
   MF_CHECK(samples >= 1, "diffusion_loss: samples must be >= 1, got ", samples);
   const data::Batch& b = *ctx.batch;
   const auto prep = module->prepare(ctx);
@@ -104,16 +128,41 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
   const double sd = module->config().sigma_data;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto opts = ctx.s_trunk.options();
+  // Every draw is made for all rows up front, so chunking does not change the loss.
   const at::Tensor mask = per_sample(prep.atom_mask, samples);
   const at::Tensor gt = centre_random_augmentation(per_sample(b.atom_coords.reshape({B, A, 3}).to(opts), samples),
                                                    mask, gen);
   const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
   const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
-  const at::Tensor denoised = module(x_noisy, t, prep);
-  const at::Tensor mse = aligned_mse_loss(denoised, gt, at::ones_like(mask), mask);  // [R]
-  const at::Tensor lddt = smooth_lddt_loss(denoised, gt, mask);                       // [R]
-  const at::Tensor weight = (t * t + sd * sd) / (t * sd).pow(2);
-  return {(weight * mse).mean() + lddt.mean(), mse.mean().detach(), lddt.mean().detach()};
+  std::vector<at::Tensor> sums;
+  if (chunk <= 0 || chunk >= samples) {
+    sums = row_loss(module, prep, {x_noisy, t, gt, mask});
+  } else {
+    // Chunks of samples (all examples' rows of samples c0..c0+C), each recomputed in
+    // backward: activations of one chunk at a time. The context copy outlives this call
+    // inside the checkpoint; the batch it points to must live until backward (the trainer's does).
+    const auto ctx_copy = std::make_shared<TrunkContext>(ctx);
+    const auto i64 = at::TensorOptions().dtype(at::kLong).device(x_noisy.device());
+    for (int64_t c0 = 0; c0 < samples; c0 += chunk) {
+      const int64_t C = std::min(chunk, samples - c0);
+      const at::Tensor rows =
+          (at::arange(B, i64).unsqueeze(1) * samples + at::arange(c0, c0 + C, i64).unsqueeze(0)).reshape({-1});
+      const RowTerms terms{x_noisy.index_select(0, rows), t.index_select(0, rows), gt.index_select(0, rows),
+                           mask.index_select(0, rows)};
+      auto fn = [module, prep, ctx_copy, terms](const std::vector<at::Tensor>& in) mutable {
+        DiffusionModuleImpl::Prepared p = prep;
+        p.ctx = ctx_copy.get();
+        p.z = in[0];
+        p.s_base = in[1];
+        p.atoms = AtomConditioning{in[2], in[3]};
+        return row_loss(module, p, terms);
+      };
+      const auto part = checkpointed(fn, {prep.z, prep.s_base, prep.atoms.c, prep.atoms.p});
+      if (sums.empty()) sums = part;
+      else for (size_t i = 0; i < sums.size(); ++i) sums[i] = sums[i] + part[i];
+    }
+  }
+  return {sums[0] / R, (sums[1] / R).detach(), (sums[2] / R).detach()};
 }
 
 at::Tensor noise_schedule(const SamplerConfig& cfg, double sigma_data) {

@@ -73,8 +73,10 @@ struct DiffusionLoss {
 // AF3 SI Sec. 3.7.1: per example `samples` noisy copies of the augmented ground truth with
 // t = sigma_data * exp(-1.2 + 1.5 N(0, 1)); loss weight (t^2 + sigma_data^2) / (t sigma_data)^2
 // on the aligned MSE (the EDM weight, as Protenix and Boltz read AF3's Eq. 6). Deterministic
-// in `seed`.
-DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, uint64_t seed);
+// in `seed`. chunk > 0 runs the samples in chunks of that many, each recomputed in backward
+// (same loss and gradients, activation memory of one chunk); 0 runs them all at once.
+DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, int64_t chunk,
+                             uint64_t seed);
 
 struct SamplerConfig {
   int64_t steps = 200;

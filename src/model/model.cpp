@@ -1,37 +1,82 @@
 #include "model/model.h"
 
+#include <ATen/ATen.h>
+
 #include "core/check.h"
+#include "core/seed.h"
 #include "data/residue_constants.h"
 
 namespace megafold::model {
 
 MegaFoldImpl::MegaFoldImpl(const ModelConfig& cfg) : cfg_(cfg) {
+  MF_CHECK(cfg.recycles >= 1, "model.recycles must be >= 1, got ", cfg.recycles);
+  MF_CHECK(cfg.confidence.n_blocks == 0 || cfg.diffusion.samples > 0,
+           "model.confidence needs the diffusion module (model.diffusion.samples > 0)");
   embedder_ = register_module("embedder", InputEmbedder(cfg));
   pairformer_ = register_module("pairformer", PairformerStack(cfg));
   distogram_ = register_module("distogram", DistogramHead(cfg));
   if (cfg.diffusion.samples > 0)
     diffusion_ = register_module("diffusion", DiffusionModule(cfg.diffusion, cfg, data::kNumTokenTypes));
+  if (cfg.confidence.n_blocks > 0)
+    confidence_ = register_module("confidence", ConfidenceHead(cfg, data::kNumTokenTypes));
+  if (cfg.recycles > 1) {
+    // Zero projections: every pass starts as the first until recycling proves useful.
+    ln_z_prev_w_ = register_parameter("ln_z_prev_weight", torch::ones({cfg.c_z}));
+    ln_z_prev_b_ = register_parameter("ln_z_prev_bias", torch::zeros({cfg.c_z}));
+    w_z_prev_ = register_parameter("w_z_prev", torch::zeros({cfg.c_z, cfg.c_z}));
+    ln_s_prev_w_ = register_parameter("ln_s_prev_weight", torch::ones({cfg.c_s}));
+    ln_s_prev_b_ = register_parameter("ln_s_prev_bias", torch::zeros({cfg.c_s}));
+    w_s_prev_ = register_parameter("w_s_prev", torch::zeros({cfg.c_s, cfg.c_s}));
+  }
 }
 
-TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_seed) {
+TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_seed, int64_t cycles) {
+  if (cycles <= 0) cycles = cfg_.recycles;
+  MF_CHECK(cycles <= cfg_.recycles, "forward: ", cycles, " trunk passes requested, the model recycles at most ",
+           cfg_.recycles);
   const at::Tensor token_mask = batch.token_mask;                            // [B, N]
   const at::Tensor pair_mask = token_mask.unsqueeze(2) * token_mask.unsqueeze(1);  // [B, N, N]
   const Embedding emb = embedder_->forward(batch);
-  const PairformerState st = pairformer_->forward({emb.s, emb.z}, token_mask, pair_mask, dropout_seed);
-  return {emb.s_inputs, st.s, st.z, distogram_->forward(st.z)};
+  PairformerState prev;
+  for (int64_t c = 0; c < cycles; ++c) {
+    const bool last = c + 1 == cycles;
+    // Earlier passes run without a graph: AF3 backpropagates through the last pass only.
+    at::AutoGradMode grad(last && at::GradMode::is_enabled());
+    PairformerState st{emb.s, emb.z};
+    if (c > 0) {
+      st.z = st.z + at::linear(at::layer_norm(prev.z, {cfg_.c_z}, ln_z_prev_w_, ln_z_prev_b_), w_z_prev_);
+      st.s = st.s + at::linear(at::layer_norm(prev.s, {cfg_.c_s}, ln_s_prev_w_, ln_s_prev_b_), w_s_prev_);
+    }
+    // The last pass keeps dropout_seed itself, so a single pass draws the masks it always did.
+    const uint64_t seed = last ? dropout_seed : mix_seed(dropout_seed, 0x72656379 + c);  // "recy"
+    prev = pairformer_->forward(st, token_mask, pair_mask, seed);
+    if (!last) prev = {prev.s.detach(), prev.z.detach()};
+  }
+  return {emb.s_inputs, prev.s, prev.z, distogram_->forward(prev.z)};
 }
 
-Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint64_t noise_seed) {
+Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint64_t noise_seed, bool confidence) {
   const DistogramMetrics d = distogram_loss(out.distogram_logits, batch.rep_coords,
                                             batch.rep_mask * batch.token_mask,
                                             cfg_.distogram_min, cfg_.distogram_max);
-  Losses l{d.loss, d.loss, d.accuracy, {}, {}};
+  Losses l{d.loss, d.loss, d.accuracy, {}, {}, {}, {}};
   if (!has_diffusion()) return l;
   const TrunkContext ctx{&batch, out.s_inputs, out.s, out.z};
-  const DiffusionLoss dl = diffusion_loss(diffusion_, ctx, cfg_.diffusion.samples, noise_seed);
+  const DiffusionLoss dl = diffusion_loss(diffusion_, ctx, cfg_.diffusion.samples, cfg_.diffusion.sample_chunk,
+                                          noise_seed);
   l.total = l.total + cfg_.diffusion.weight * dl.total;
   l.diffusion_mse = dl.mse;
   l.smooth_lddt = dl.smooth_lddt;
+  if (!confidence || !has_confidence()) return l;
+  // AF3 SI Sec. 4.3: the head learns on the model's own structure from a short rollout.
+  SamplerConfig rollout;
+  rollout.steps = cfg_.confidence.rollout_steps;
+  const at::Tensor x = sample_structures(diffusion_, ctx, 1, rollout, mix_seed(noise_seed, 1));
+  const at::Tensor logits = confidence_(batch, out.s_inputs, out.s, out.z, x, mix_seed(noise_seed, 2));
+  const PlddtLoss pl = plddt_loss(logits, x, batch);
+  l.total = l.total + cfg_.confidence.weight * pl.loss;
+  l.plddt = pl.loss.detach();
+  l.plddt_target = pl.target;
   return l;
 }
 
@@ -41,6 +86,22 @@ at::Tensor MegaFoldImpl::sample(const data::Batch& batch, const TrunkOutput& out
   SamplerConfig sc;
   sc.steps = cfg_.diffusion.sampler_steps;
   return sample_structures(diffusion_, ctx, samples, sc, seed);
+}
+
+Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed) {
+  at::NoGradGuard no_grad;
+  Prediction p{sample(batch, out, samples, seed), {}};
+  if (!has_confidence()) return p;
+  const int64_t B = batch.size(), A = p.coords.size(1);
+  const at::Tensor per_example = p.coords.view({B, samples, A, 3});
+  std::vector<at::Tensor> plddt;
+  // One sample of every example at a time: the head's pair activations are [B, N, N, c_z].
+  for (int64_t k = 0; k < samples; ++k) {
+    const at::Tensor x = per_example.select(1, k);
+    plddt.push_back(plddt_from_logits(confidence_(batch, out.s_inputs, out.s, out.z, x, 0)));
+  }
+  p.plddt = at::stack(plddt, 1).reshape({B * samples, A});
+  return p;
 }
 
 }  // namespace megafold::model

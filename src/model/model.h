@@ -1,11 +1,13 @@
 #pragma once
-// The model: input embedding -> Pairformer stack -> distogram head, and, when
-// model.diffusion.samples > 0, the diffusion module on the trunk's s and z (AF3 SI Alg. 1 and
-// 20; confidence and MSA modules come later).
+// The model: input embedding -> recycled Pairformer stack -> distogram head, and, when
+// model.diffusion.samples > 0, the diffusion module on the trunk's s and z, and, when
+// model.confidence.n_blocks > 0, the pLDDT head on sampled structures (AF3 SI Alg. 1, 20 and
+// 31; the MSA and template modules come later).
 #include <torch/nn/module.h>
 
 #include "data/features.h"
 #include "model/config.h"
+#include "model/confidence.h"
 #include "model/embedder.h"
 #include "model/diffusion_module.h"
 #include "model/heads.h"
@@ -26,19 +28,31 @@ struct Losses {
   at::Tensor distogram_accuracy; // scalar, no grad
   at::Tensor diffusion_mse;      // scalar, no grad; undefined without the diffusion module
   at::Tensor smooth_lddt;        // scalar, no grad; undefined without the diffusion module
+  at::Tensor plddt;              // scalar, no grad: pLDDT cross-entropy; undefined unless trained this step
+  at::Tensor plddt_target;       // scalar, no grad: mean per-atom lDDT of the rollout structure
+};
+
+struct Prediction {
+  at::Tensor coords;  // [B * samples, N * 14, 3] Angstrom, example-major
+  at::Tensor plddt;   // [B * samples, N * 14] in [0, 100]; undefined without a confidence head
 };
 
 class MegaFoldImpl : public torch::nn::Module {
  public:
   explicit MegaFoldImpl(const ModelConfig& cfg);
-  // dropout_seed seeds every dropout mask of this forward (see core/seed.h).
-  TrunkOutput forward(const data::Batch& batch, uint64_t dropout_seed);
-  // noise_seed seeds the diffusion loss's noise, augmentation and noise levels.
-  Losses loss(const data::Batch& batch, const TrunkOutput& out, uint64_t noise_seed);
+  // dropout_seed seeds every dropout mask of this forward (see core/seed.h). cycles: trunk
+  // passes, 0 = the config's recycles; gradients flow through the last pass only.
+  TrunkOutput forward(const data::Batch& batch, uint64_t dropout_seed, int64_t cycles = 0);
+  // noise_seed seeds the diffusion loss's noise, augmentation and noise levels, and the
+  // confidence rollout. confidence: also train the pLDDT head on a rollout of this trunk pass.
+  Losses loss(const data::Batch& batch, const TrunkOutput& out, uint64_t noise_seed, bool confidence = false);
   bool has_diffusion() const { return !diffusion_.is_empty(); }
+  bool has_confidence() const { return !confidence_.is_empty(); }
   // Structures sampled by the diffusion module (Alg. 18), [B * samples, N * 14, 3]; requires
   // has_diffusion().
   at::Tensor sample(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed);
+  // sample() plus the pLDDT of every atom of every sample when the model has a confidence head.
+  Prediction predict(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed);
   const ModelConfig& config() const { return cfg_; }
 
  private:
@@ -47,6 +61,9 @@ class MegaFoldImpl : public torch::nn::Module {
   PairformerStack pairformer_{nullptr};
   DistogramHead distogram_{nullptr};
   DiffusionModule diffusion_{nullptr};
+  ConfidenceHead confidence_{nullptr};
+  // Recycling (AF3 Alg. 1 lines 9-11): LayerNorm + linear of the previous pass's z and s.
+  at::Tensor ln_z_prev_w_, ln_z_prev_b_, w_z_prev_, ln_s_prev_w_, ln_s_prev_b_, w_s_prev_;
 };
 TORCH_MODULE(MegaFold);
 

@@ -5,6 +5,8 @@
 // the recomputation (backward may run on another thread), so the recomputed activations are
 // the ones of the forward.
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "model/pairformer.h"
 
@@ -13,5 +15,11 @@ namespace megafold::model {
 PairformerState checkpointed_block(PairformerBlockImpl& block, const PairformerState& in,
                                    const at::Tensor& token_mask, const at::Tensor& pair_mask,
                                    uint64_t dropout_seed);
+
+// The same for any function of tensors: fn(inputs) runs without keeping its activations and
+// is run again, with autograd on, in backward. fn must be a pure function of its inputs (draw
+// noise before and capture it); parameter gradients accumulate as for checkpointed_block.
+using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+std::vector<at::Tensor> checkpointed(const TensorFn& fn, const std::vector<at::Tensor>& inputs);
 
 }  // namespace megafold::model

@@ -2,6 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -62,33 +68,204 @@ at::Tensor aligned_mse_loss(const at::Tensor& pred, const at::Tensor& gt, const 
   return (w * sq).sum(1) / (3 * mask.sum(1).clamp_min(1));
 }
 
+namespace {
+
+constexpr double kThresholds[] = {0.5, 1.0, 2.0, 4.0};
+
+template <typename T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// Calls fn(d, d_true, d_pred) for every partner m that smooth lDDT scores with atom l of row r
+// (both masked, m != l, true distance below the radius), d = x_l - x_m. x, y: predicted and
+// true coordinates [R, A, 3]; mask [R, A].
+template <typename T, typename Fn>
+void for_each_scored_partner(const T* x, const T* y, const T* mask, int64_t A, int64_t r, int64_t l, double radius,
+                             Fn&& fn) {
+  const T* xr = x + r * A * 3;
+  const T* yr = y + r * A * 3;
+  const T* mr = mask + r * A;
+  if (mr[l] == T(0)) return;
+  for (int64_t m = 0; m < A; ++m) {
+    if (m == l || mr[m] == T(0)) continue;
+    T dt = 0, dp = 0, d[3];
+    for (int k = 0; k < 3; ++k) {
+      const T e = yr[3 * l + k] - yr[3 * m + k];
+      d[k] = xr[3 * l + k] - xr[3 * m + k];
+      dt += e * e;
+      dp += d[k] * d[k];
+    }
+    dt = std::sqrt(std::max(dt, T(1e-12)));
+    if (dt < radius) fn(d, dt, std::sqrt(std::max(dp, T(1e-12))));
+  }
+}
+
+// CPU smooth lDDT in one pass over atom pairs, without any [R, A, A] tensor: for every row r
+// and atom l, the sum over scored partners m of sum_t sigmoid(t - |d_true - d_pred|) (eps) and
+// their count. Each (r, l) is written by one thread, so the result is deterministic.
+template <typename T>
+void smooth_lddt_rows_cpu(const T* x, const T* y, const T* mask, int64_t R, int64_t A, double radius, T* eps, T* count) {
+  at::parallel_for(0, R * A, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t rl = begin; rl < end; ++rl) {
+      T e = 0, n = 0;
+      for_each_scored_partner(x, y, mask, A, rl / A, rl % A, radius, [&](const T*, T dt, T dp) {
+        for (const double t : kThresholds) e += sigmoid(T(t) - std::abs(dt - dp));
+        n += 1;
+      });
+      eps[rl] = e;
+      count[rl] = n;
+    }
+  });
+}
+
+// Its gradient: dL/dx_l = 2 sum_m G_lm (x_l - x_m) / d_pred_lm with the symmetric
+// G_lm = g_r / norm_r * 0.25 * sum_t sigmoid'(t - |delta|) * sign(d_pred - d_true).
+template <typename T>
+void smooth_lddt_grad_cpu(const T* x, const T* y, const T* mask, const T* g_over_norm, int64_t R, int64_t A,
+                          double radius, T* dx) {
+  at::parallel_for(0, R * A, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t rl = begin; rl < end; ++rl) {
+      T acc[3] = {0, 0, 0};
+      for_each_scored_partner(x, y, mask, A, rl / A, rl % A, radius, [&](const T* d, T dt, T dp) {
+        const T diff = dp - dt, delta = std::abs(diff);
+        T slope = 0;
+        for (const double t : kThresholds) {
+          const T sg = sigmoid(T(t) - delta);
+          slope += sg * (1 - sg);
+        }
+        const T sign = diff > 0 ? T(1) : diff < 0 ? T(-1) : T(0);
+        const T w = T(2) * T(0.25) * slope * sign / dp;
+        for (int k = 0; k < 3; ++k) acc[k] += w * d[k];
+      });
+      for (int k = 0; k < 3; ++k) dx[rl * 3 + k] = g_over_norm[rl / A] * acc[k];
+    }
+  });
+}
+
+// Smooth lDDT as one autograd node with an analytic backward. Autograd through the plain
+// expression keeps ~10 [R, A, A] tensors (differences, distances, four sigmoids, ...); on the
+// CPU this node keeps none (fused pair loops), on a GPU it keeps the two distance matrices and
+// the pair weights and recomputes the rest.
+struct SmoothLddt : public torch::autograd::Function<SmoothLddt> {
+  // pred, gt [R, A, 3]; mask [R, A]; gt and mask carry no gradient.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& pred, const at::Tensor& gt,
+                            const at::Tensor& mask, double radius) {
+    ctx->saved_data["radius"] = radius;
+    if (pred.is_cpu()) {
+      const at::Tensor x = pred.contiguous(), y = gt.to(pred.scalar_type()).contiguous();
+      const at::Tensor mk = mask.to(pred.scalar_type()).contiguous();
+      const int64_t R = x.size(0), A = x.size(1);
+      at::Tensor eps = at::empty({R, A}, x.options()), count = at::empty({R, A}, x.options());
+      AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "smooth_lddt", [&] {
+        smooth_lddt_rows_cpu<scalar_t>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), mk.data_ptr<scalar_t>(), R, A,
+                                       radius, eps.data_ptr<scalar_t>(), count.data_ptr<scalar_t>());
+      });
+      const at::Tensor norm = count.sum(1).clamp_min(1);
+      ctx->save_for_backward({x, y, mk, norm});
+      return 1 - 0.25 * eps.sum(1) / norm;
+    }
+    const at::Tensor d_true = distances(gt.to(pred.scalar_type()));
+    const at::Tensor c = pair_mask(mask.to(pred.scalar_type())) * (d_true < radius).to(pred.scalar_type());
+    const at::Tensor d_pred = distances(pred);
+    const at::Tensor delta = (d_true - d_pred).abs();
+    at::Tensor eps = at::zeros_like(delta);
+    for (const double t : kThresholds) eps += at::sigmoid(t - delta);
+    const at::Tensor norm = c.sum({1, 2}).clamp_min(1);
+    ctx->save_for_backward({pred, d_pred, d_true, c, norm});
+    return 1 - 0.25 * (c * eps).sum({1, 2}) / norm;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const double radius = ctx->saved_data["radius"].toDouble();
+    if (saved.size() == 4) {  // the CPU form
+      const at::Tensor &x = saved[0], &y = saved[1], &mk = saved[2], &norm = saved[3];
+      const at::Tensor g = (grad_out[0] / norm).contiguous();
+      at::Tensor dx = at::empty_like(x);
+      AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "smooth_lddt_backward", [&] {
+        smooth_lddt_grad_cpu<scalar_t>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), mk.data_ptr<scalar_t>(),
+                                       g.data_ptr<scalar_t>(), x.size(0), x.size(1), radius, dx.data_ptr<scalar_t>());
+      });
+      return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    const at::Tensor &pred = saved[0], &d_pred = saved[1], &d_true = saved[2], &c = saved[3], &norm = saved[4];
+    const at::Tensor diff = d_pred - d_true, delta = diff.abs();
+    at::Tensor slope = at::zeros_like(delta);
+    for (const double t : kThresholds) {
+      const at::Tensor sg = at::sigmoid(t - delta);
+      slope += sg * (1 - sg);
+    }
+    const at::Tensor g = (grad_out[0] / norm).view({-1, 1, 1});
+    const at::Tensor gd = g * 0.25 * c * slope * at::sign(diff);  // dL/d d_pred [R, A, A]
+    // d_lm = |x_l - x_m|: dL/dx_l = sum_m (G_lm + G_ml) (x_l - x_m) / d_lm.
+    const at::Tensor h = (gd + gd.transpose(1, 2)) / d_pred;
+    const at::Tensor dx = h.sum(2, true) * pred - at::matmul(h, pred);
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
 at::Tensor smooth_lddt_loss(const at::Tensor& pred, const at::Tensor& gt, const at::Tensor& mask, double radius) {
   check_coords("smooth_lddt_loss: pred", pred, mask);
   check_coords("smooth_lddt_loss: gt", gt, mask);
-  const at::Tensor d_true = distances(gt.detach()), d_pred = distances(pred);
-  const at::Tensor delta = (d_true - d_pred).abs();
-  const at::Tensor eps = 0.25 * (at::sigmoid(0.5 - delta) + at::sigmoid(1.0 - delta) + at::sigmoid(2.0 - delta) +
-                                 at::sigmoid(4.0 - delta));
-  const at::Tensor c = pair_mask(mask) * (d_true < radius).to(mask.scalar_type());
-  const at::Tensor lddt = (c * eps).sum({1, 2}) / c.sum({1, 2}).clamp_min(1);
-  return 1 - lddt;
+  return SmoothLddt::apply(pred, gt.detach(), mask.detach(), radius);
 }
+
+namespace {
+
+// Distances [B, L, M] between every atom of x [B, L, 3] and of y [B, M, 3], as distances().
+at::Tensor cross_distances(const at::Tensor& x, const at::Tensor& y) {
+  return (x.unsqueeze(2) - y.unsqueeze(1)).pow(2).sum(-1).clamp_min(1e-12).sqrt();
+}
+
+// Atoms of one side of an lDDT pair: coordinates in both structures, mask and residue id.
+struct Side {
+  at::Tensor pred, ref, mask, residue;
+};
+
+// Pairs (l, m) that lDDT scores and, for each, how many of the thresholds 0.5, 1, 2, 4 A
+// |d_pred - d_ref| stays under: both [B, L, M] double.
+std::pair<at::Tensor, at::Tensor> lddt_pairs(const Side& l, const Side& m, double radius) {
+  check_coords("lddt: pred", l.pred, l.mask);
+  check_coords("lddt: ref", l.ref, l.mask);
+  check_coords("lddt: reference-set pred", m.pred, m.mask);
+  check_coords("lddt: reference-set ref", m.ref, m.mask);
+  MF_CHECK(l.residue.sizes() == l.mask.sizes() && m.residue.sizes() == m.mask.sizes(),
+           "lddt: residue ids must have the masks' shape [B, A], got ", l.residue.sizes(), " and ", m.residue.sizes());
+  auto dbl = [](const at::Tensor& t) { return t.detach().to(at::kDouble); };
+  const at::Tensor d_ref = cross_distances(dbl(l.ref), dbl(m.ref));
+  const at::Tensor delta = (cross_distances(dbl(l.pred), dbl(m.pred)) - d_ref).abs();
+  const at::Tensor other_residue = l.residue.unsqueeze(2) != m.residue.unsqueeze(1);
+  const at::Tensor scored = dbl(l.mask).unsqueeze(2) * dbl(m.mask).unsqueeze(1) *
+                            (other_residue & (d_ref < radius)).to(at::kDouble);
+  at::Tensor kept = at::zeros_like(delta);
+  for (const double t : {0.5, 1.0, 2.0, 4.0}) kept += (delta < t).to(at::kDouble);
+  return {scored, kept};
+}
+
+}  // namespace
 
 Lddt lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
           double radius) {
-  check_coords("lddt: pred", pred, mask);
-  check_coords("lddt: ref", ref, mask);
-  MF_CHECK(residue.sizes() == mask.sizes(), "lddt: residue must be [B, A] like mask, got ", residue.sizes());
   c10::AutoGradMode no_grad(false);
-  const at::Tensor p = pred.detach().to(at::kDouble), r = ref.detach().to(at::kDouble);
-  const at::Tensor m = mask.to(at::kDouble);
-  const at::Tensor d_ref = distances(r), delta = (distances(p) - d_ref).abs();
-  const at::Tensor other_residue = residue.unsqueeze(2) != residue.unsqueeze(1);
-  const at::Tensor scored = pair_mask(m) * (other_residue & (d_ref < radius)).to(at::kDouble);
-  at::Tensor kept = at::zeros_like(delta);
-  for (const double t : {0.5, 1.0, 2.0, 4.0}) kept += (delta < t).to(at::kDouble);
+  const Side all{pred, ref, mask, residue};
+  const auto [scored, kept] = lddt_pairs(all, all, radius);
   const at::Tensor pairs = scored.sum({1, 2});
   const at::Tensor score = (scored * kept).sum({1, 2}) / (4 * pairs.clamp_min(1));
+  return {score.to(pred.scalar_type()), pairs};
+}
+
+Lddt per_atom_lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
+                   const at::Tensor& set_pred, const at::Tensor& set_ref, const at::Tensor& set_mask,
+                   const at::Tensor& set_residue, double radius) {
+  c10::AutoGradMode no_grad(false);
+  const auto [scored, kept] =
+      lddt_pairs({pred, ref, mask, residue}, {set_pred, set_ref, set_mask, set_residue}, radius);
+  const at::Tensor pairs = scored.sum(2);
+  const at::Tensor score = (scored * kept).sum(2) / (4 * pairs.clamp_min(1));
   return {score.to(pred.scalar_type()), pairs};
 }
 

@@ -29,7 +29,8 @@ at::Tensor smooth_lddt_loss(const at::Tensor& pred, const at::Tensor& gt, const 
 
 struct Lddt {
   at::Tensor score;  // [B] global lDDT in [0, 1]; 0 for an example without any scored pair
-  at::Tensor pairs;  // [B] number of scored (ordered) pairs
+                     // ([B, A] per atom for per_atom_lddt)
+  at::Tensor pairs;  // [B] number of scored (ordered) pairs ([B, A] per atom)
 };
 
 // lDDT (Mariani et al. 2013), global form: over ordered pairs l != m of masked atoms in
@@ -39,5 +40,14 @@ struct Lddt {
 // |d_pred - d_ref| stays under. No stereochemistry checks. Not differentiable.
 Lddt lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
           double radius = 15.0);
+
+// Per-atom lDDT, the target of the pLDDT head (AF3 SI Sec. 4.3.1): for each masked atom l of
+// (pred, ref) [B, A, 3], the lDDT above over the pairs (l, m) with m a masked atom of a second
+// set (set_* [B, M, 3] and [B, M]: the C-alpha atoms for proteins) in another residue and
+// within `radius` of l in the reference. Memory is [B, A, M], not [B, A, A]. score and pairs
+// are [B, A]; an atom without pairs scores 0.
+Lddt per_atom_lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
+                   const at::Tensor& set_pred, const at::Tensor& set_ref, const at::Tensor& set_mask,
+                   const at::Tensor& set_residue, double radius = 15.0);
 
 }  // namespace megafold::model

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
+#include <map>
 #include <numeric>
 
 #include "data/features.h"
@@ -26,6 +27,16 @@ ModelConfig tiny_config() {
   c.single_attn_heads = 2;
   c.single_attn_head_dim = 4;
   c.dropout = 0.25;
+  return c;
+}
+
+// tiny_config() with a tiny diffusion module (2 samples, 3 sampler steps) and no dropout.
+ModelConfig tiny_diffusion_config() {
+  ModelConfig c = tiny_config();
+  c.dropout = 0.0;
+  DiffusionConfig& d = c.diffusion;
+  d.c_token = 16, d.n_blocks = 1, d.heads = 2, d.fourier_dim = 16, d.c_atom = 8, d.c_atompair = 4;
+  d.atom_blocks = 1, d.atom_heads = 2, d.samples = 2, d.weight = 4.0, d.sampler_steps = 3;
   return c;
 }
 
@@ -134,11 +145,7 @@ TEST(Model, RecomputeUnderAutocastLeavesNoStaleWeightCopies) {
 // the trunk through it, and the model samples structures of the batch's atom layout.
 TEST(Model, DiffusionModuleJoinsLossAndSamples) {
   fresh_seed();
-  ModelConfig cfg = tiny_config();
-  cfg.dropout = 0.0;
-  DiffusionConfig& d = cfg.diffusion;
-  d.c_token = 16, d.n_blocks = 1, d.heads = 2, d.fourier_dim = 16, d.c_atom = 8, d.c_atompair = 4;
-  d.atom_blocks = 1, d.atom_heads = 2, d.samples = 2, d.weight = 4.0, d.sampler_steps = 3;
+  const ModelConfig cfg = tiny_diffusion_config();
   MegaFold m(cfg);
   ASSERT_TRUE(m->has_diffusion());
   randomise_parameters(*m, 0.2);
@@ -161,6 +168,70 @@ TEST(Model, DiffusionModuleJoinsLossAndSamples) {
   MegaFold trunk_only(tiny_config());
   EXPECT_FALSE(trunk_only->has_diffusion());
   EXPECT_FALSE(trunk_only->loss(b, trunk_only->forward(b, 1), 9).diffusion_mse.defined());
+}
+
+// Recycling: each pass adds the previous pass's z and s, so more passes change the output; the
+// pass count is bounded by model.recycles; passes are deterministic.
+TEST(Model, RecyclingFeedsThePreviousPass) {
+  fresh_seed();
+  ModelConfig cfg = tiny_config();
+  cfg.recycles = 3;
+  MegaFold m(cfg);
+  randomise_parameters(*m);  // nonzero recycling projections
+  m->eval();
+  const data::Batch b = batch_of(ubiquitin(), 15, 17);
+  const TrunkOutput one = m->forward(b, 0, 1), three = m->forward(b, 0, 3);
+  EXPECT_GT((one.z - three.z).abs().max().item<double>(), 1e-3);
+  EXPECT_TRUE(at::equal(m->forward(b, 0, 3).z, three.z));
+  EXPECT_TRUE(at::equal(m->forward(b, 0).z, three.z));  // 0 = the configured count
+  EXPECT_THROW(m->forward(b, 0, 4), std::exception);
+  // Training: gradients reach the recycling projections through the last pass only.
+  m->train();
+  const TrunkOutput out = m->forward(b, 5, 2);
+  out.z.sum().backward();
+  EXPECT_GT(m->named_parameters()["w_z_prev"].grad().abs().sum().item<double>(), 0.0);
+}
+
+// The confidence head trains on a rollout of the model's own structure, adds only its own
+// gradients (the trunk's are those of the loss without it), and predict() reports pLDDT.
+TEST(Model, ConfidenceHeadTrainsOnItsRolloutAndScoresPredictions) {
+  fresh_seed();
+  ModelConfig cfg = tiny_diffusion_config();
+  cfg.confidence.n_blocks = 1;
+  cfg.confidence.rollout_steps = 2;
+  MegaFold m(cfg);
+  ASSERT_TRUE(m->has_confidence());
+  randomise_parameters(*m, 0.2);
+  const data::Batch b = batch_of(ubiquitin(), 12, 14);
+  auto grads = [&](bool confidence) {
+    m->zero_grad();
+    const Losses l = m->loss(b, m->forward(b, 1), 9, confidence);
+    l.total.backward();
+    std::map<std::string, at::Tensor> g;
+    for (const auto& p : m->named_parameters())
+      g[p.key()] = p.value().grad().defined() ? p.value().grad().clone() : at::zeros_like(p.value());
+    return std::make_pair(l, g);
+  };
+  const auto [without, g0] = grads(false);
+  const auto [with, g1] = grads(true);
+  EXPECT_FALSE(without.plddt.defined());
+  ASSERT_TRUE(with.plddt.defined());
+  EXPECT_GT(with.plddt.item<double>(), 0.0);
+  EXPECT_GE(with.plddt_target.item<double>(), 0.0);
+  EXPECT_LE(with.plddt_target.item<double>(), 1.0);
+  for (const auto& [name, g] : g1) {
+    if (name.rfind("confidence.", 0) == 0)
+      EXPECT_GT(g.abs().sum().item<double>(), 0.0) << name;
+    else
+      EXPECT_TRUE(at::equal(g, g0.at(name))) << name;
+  }
+  m->eval();
+  const Prediction p = m->predict(b, m->forward(b, 0), 3, 4);
+  EXPECT_EQ(p.coords.sizes(), (std::vector<int64_t>{3, 14 * data::kMaxAtomsPerToken, 3}));
+  ASSERT_TRUE(p.plddt.defined());
+  EXPECT_EQ(p.plddt.sizes(), (std::vector<int64_t>{3, 14 * data::kMaxAtomsPerToken}));
+  EXPECT_GE(p.plddt.min().item<double>(), 0.0);
+  EXPECT_LE(p.plddt.max().item<double>(), 100.0);
 }
 
 TEST(Distogram, BinsMatchHandComputedDistances) {

@@ -1,0 +1,30 @@
+#include "model/scoring.h"
+
+#include <ATen/ATen.h>
+
+#include "core/check.h"
+#include "data/residue_constants.h"
+#include "model/structure_losses.h"
+
+namespace megafold::model {
+
+StructureScores score_structures(const at::Tensor& pred, const data::Batch& batch) {
+  using data::kMaxAtomsPerToken;
+  const int64_t B = batch.size(), N = batch.n_tokens(), A = N * kMaxAtomsPerToken;
+  MF_CHECK(pred.dim() == 3 && pred.size(1) == A && pred.size(0) % B == 0, "score_structures: predictions must be [",
+           B, " * samples, ", A, ", 3], got ", pred.sizes());
+  const int64_t S = pred.size(0) / B;
+  auto rows = [&](const at::Tensor& x) { return S == 1 ? x : x.repeat_interleave(S, 0); };
+  const at::Tensor p = pred.to(at::kFloat);
+  const at::Tensor gt = rows(batch.atom_coords.reshape({B, A, 3}).to(p.device(), at::kFloat));
+  const at::Tensor mask = rows((batch.atom_mask * batch.token_mask.unsqueeze(-1)).reshape({B, A}).to(p.device()));
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(p.device());
+  const int64_t R = p.size(0);
+  const at::Tensor residue = at::floor_divide(at::arange(A, i64), kMaxAtomsPerToken).expand({R, A});
+  auto ca = [&](const at::Tensor& x) { return x.view({R, N, kMaxAtomsPerToken, -1}).select(2, data::kAtomCA); };
+  const at::Tensor ca_mask = ca(mask.unsqueeze(-1)).squeeze(-1);
+  return {lddt(ca(p), ca(gt), ca_mask, at::arange(N, i64).expand({R, N})).score,
+          lddt(p, gt, mask, residue).score};
+}
+
+}  // namespace megafold::model

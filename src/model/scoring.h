@@ -1,0 +1,19 @@
+#pragma once
+// Scores of predicted structures against a batch's ground truth (validation, `megafold eval`,
+// `megafold predict`).
+#include <ATen/core/Tensor.h>
+
+#include "data/features.h"
+
+namespace megafold::model {
+
+struct StructureScores {
+  at::Tensor lddt_ca;   // [R] lDDT over C-alpha atoms (pairs of different tokens)
+  at::Tensor lddt_all;  // [R] lDDT over all resolved heavy atoms (pairs of different residues)
+};
+
+// pred [R, N * kMaxAtomsPerToken, 3] with R = B * samples rows, example-major (as sampled);
+// scored on the atoms the batch resolves. Float64 arithmetic, no gradients.
+StructureScores score_structures(const at::Tensor& pred, const data::Batch& batch);
+
+}  // namespace megafold::model
