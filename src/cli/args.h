@@ -32,5 +32,7 @@ std::string usage(const std::string& command, const std::string& summary,
 // Subcommands; each returns the process exit code.
 int info_main(const std::vector<std::string>& args);
 int train_main(const std::vector<std::string>& args);
+int predict_main(const std::vector<std::string>& args);
+int eval_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

@@ -11,7 +11,9 @@ constexpr const char* kUsage =
     "usage: megafold <command> [options]\n\n"
     "commands:\n"
     "  info    build, versions, devices and registered ops\n"
-    "  train   train the trunk on mmCIF/PDB structures\n\n"
+    "  train   train the model on mmCIF/PDB structures\n"
+    "  predict structures and pLDDT for one input (mmCIF/PDB/FASTA) with a checkpoint\n"
+    "  eval    lDDT of predicted structures over a directory of structures\n\n"
     "Run 'megafold <command> --help' for the options of a command.\n";
 
 }  // namespace
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "info") return megafold::cli::info_main(args);
     if (command == "train") return megafold::cli::train_main(args);
+    if (command == "predict") return megafold::cli::predict_main(args);
+    if (command == "eval") return megafold::cli::eval_main(args);
     std::cerr << "megafold: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const std::exception& ex) {

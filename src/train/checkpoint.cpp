@@ -120,4 +120,31 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
   return meta;
 }
 
+CheckpointMeta load_weights(const std::string& path, torch::nn::Module& model, bool ema) {
+  CheckpointMeta meta;
+  try {
+    torch::serialize::InputArchive archive, model_archive;
+    archive.load_from(path, at::Device(at::kCPU));  // a GPU run's checkpoint loads anywhere
+    archive.read("model", model_archive);
+    model.load(model_archive);
+    if (ema) {
+      torch::serialize::InputArchive ema_archive;
+      archive.read("ema", ema_archive);
+      at::NoGradGuard no_grad;
+      const std::vector<at::Tensor> params = model.parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        at::Tensor t;
+        ema_archive.read(std::to_string(i), t, true);
+        MF_CHECK(t.sizes() == params[i].sizes(), "EMA tensor ", i, " has shape ", t.sizes(), ", the model expects ",
+                 params[i].sizes());
+        params[i].copy_(t);
+      }
+    }
+    meta = read_meta(archive);
+  } catch (const std::exception& ex) {
+    corrupt(path, ex);
+  }
+  return meta;
+}
+
 }  // namespace megafold::train

@@ -38,4 +38,9 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
                                std::vector<at::Tensor>& ema, torch::optim::Optimizer& optimizer);
 
+// Loads only the model's weights for inference: the EMA weights when `ema` (what validation
+// reports and prediction uses), else the raw training weights. The model must be built with
+// the checkpoint's config (read_checkpoint_meta). Throws megafold::Error naming the file.
+CheckpointMeta load_weights(const std::string& path, torch::nn::Module& model, bool ema);
+
 }  // namespace megafold::train

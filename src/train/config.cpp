@@ -40,7 +40,8 @@ void apply(const json& j, TrainConfig& c, const std::string& origin, int depth);
 
 void apply_diffusion(const json& j, model::DiffusionConfig& d, const std::string& w) {
   reject_unknown(j, {"c_token", "n_blocks", "heads", "fourier_dim", "transition_factor", "sigma_data", "c_atom",
-                     "c_atompair", "atom_blocks", "atom_heads", "samples", "weight", "sampler_steps"}, w);
+                     "c_atompair", "atom_blocks", "atom_heads", "samples", "weight", "sampler_steps",
+                     "sample_chunk"}, w);
   read(j, "c_token", d.c_token, w);
   read(j, "n_blocks", d.n_blocks, w);
   read(j, "heads", d.heads, w);
@@ -54,21 +55,44 @@ void apply_diffusion(const json& j, model::DiffusionConfig& d, const std::string
   read(j, "samples", d.samples, w);
   read(j, "weight", d.weight, w);
   read(j, "sampler_steps", d.sampler_steps, w);
+  read(j, "sample_chunk", d.sample_chunk, w);
+}
+
+void apply_confidence(const json& j, model::ConfidenceConfig& c, const std::string& w) {
+  reject_unknown(j, {"n_blocks", "plddt_bins", "distance_bins", "distance_min", "distance_max", "rollout_steps",
+                     "every", "weight"}, w);
+  read(j, "n_blocks", c.n_blocks, w);
+  read(j, "plddt_bins", c.plddt_bins, w);
+  read(j, "distance_bins", c.distance_bins, w);
+  read(j, "distance_min", c.distance_min, w);
+  read(j, "distance_max", c.distance_max, w);
+  read(j, "rollout_steps", c.rollout_steps, w);
+  read(j, "every", c.every, w);
+  read(j, "weight", c.weight, w);
+}
+
+json confidence_json(const model::ConfidenceConfig& c) {
+  return {{"n_blocks", c.n_blocks}, {"plddt_bins", c.plddt_bins}, {"distance_bins", c.distance_bins},
+          {"distance_min", c.distance_min}, {"distance_max", c.distance_max}, {"rollout_steps", c.rollout_steps},
+          {"every", c.every}, {"weight", c.weight}};
 }
 
 json diffusion_json(const model::DiffusionConfig& d) {
   return {{"c_token", d.c_token}, {"n_blocks", d.n_blocks}, {"heads", d.heads}, {"fourier_dim", d.fourier_dim},
           {"transition_factor", d.transition_factor}, {"sigma_data", d.sigma_data}, {"c_atom", d.c_atom},
           {"c_atompair", d.c_atompair}, {"atom_blocks", d.atom_blocks}, {"atom_heads", d.atom_heads},
-          {"samples", d.samples}, {"weight", d.weight}, {"sampler_steps", d.sampler_steps}};
+          {"samples", d.samples}, {"weight", d.weight}, {"sampler_steps", d.sampler_steps},
+          {"sample_chunk", d.sample_chunk}};
 }
 
 void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
   reject_unknown(j, {"c_s", "c_z", "n_blocks", "tri_attn_heads", "tri_attn_head_dim", "tri_mul_hidden",
                      "single_attn_heads", "single_attn_head_dim", "transition_factor", "dropout",
                      "relpos_r_max", "relpos_s_max", "distogram_bins", "distogram_min",
-                     "distogram_max", "checkpoint_blocks", "diffusion"}, w);
+                     "distogram_max", "checkpoint_blocks", "recycles", "diffusion", "confidence"}, w);
   if (j.contains("diffusion")) apply_diffusion(j["diffusion"], m.diffusion, w + " [diffusion]");
+  if (j.contains("confidence")) apply_confidence(j["confidence"], m.confidence, w + " [confidence]");
+  read(j, "recycles", m.recycles, w);
   read(j, "c_s", m.c_s, w);
   read(j, "c_z", m.c_z, w);
   read(j, "n_blocks", m.n_blocks, w);
@@ -167,7 +191,7 @@ void validate(const TrainConfig& c, const std::string& origin) {
   non_negative(c.data.val_crop_size, "data.val_crop_size");
   non_negative(c.optim.warmup_steps, "optim.warmup_steps");
   non_negative(c.optim.decay_every, "optim.decay_every");
-  non_negative(c.val_every, "val_every");
+  if (c.val_every < -1) throw Error(origin + ": 'val_every' must be >= -1 (0: only at the end, -1: never)");
   non_negative(c.threads, "threads");
   auto in_range = [&](double v, double lo, double hi, const char* key, const char* range) {
     if (!(v >= lo && v <= hi)) throw Error(origin + ": '" + key + "' must be in " + range + ", got " + std::to_string(v));
@@ -199,6 +223,19 @@ void validate(const TrainConfig& c, const std::string& origin) {
       throw Error(origin + ": 'model.diffusion.c_token' and 'c_atom' must be multiples of 'heads' and 'atom_heads'");
     if (!(d.sigma_data > 0) || !(d.weight >= 0))
       throw Error(origin + ": 'model.diffusion.sigma_data' must be > 0 and 'weight' >= 0");
+    non_negative(d.sample_chunk, "model.diffusion.sample_chunk");
+  }
+  positive(c.model.recycles, "model.recycles");
+  const model::ConfidenceConfig& k = c.model.confidence;
+  non_negative(k.n_blocks, "model.confidence.n_blocks");
+  if (k.n_blocks > 0) {
+    if (d.samples == 0)
+      throw Error(origin + ": 'model.confidence' needs the diffusion module ('model.diffusion.samples' > 0)");
+    positive(k.plddt_bins, "model.confidence.plddt_bins");
+    positive(k.rollout_steps, "model.confidence.rollout_steps");
+    positive(k.every, "model.confidence.every");
+    if (k.distance_bins < 2 || !(k.distance_min < k.distance_max) || !(k.weight >= 0))
+      throw Error(origin + ": 'model.confidence' needs distance_bins >= 2, distance_min < distance_max and weight >= 0");
   }
 }
 
@@ -269,7 +306,8 @@ std::string to_json(const TrainConfig& c) {
                  {"relpos_r_max", m.relpos_r_max}, {"relpos_s_max", m.relpos_s_max},
                  {"distogram_bins", m.distogram_bins}, {"distogram_min", m.distogram_min},
                  {"distogram_max", m.distogram_max}, {"checkpoint_blocks", m.checkpoint_blocks},
-                 {"diffusion", diffusion_json(m.diffusion)}}},
+                 {"recycles", m.recycles}, {"diffusion", diffusion_json(m.diffusion)},
+                 {"confidence", confidence_json(m.confidence)}}},
       {"data", {{"dir", c.data.dir}, {"crop_size", c.data.crop_size},
                 {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size},
                 {"overfit", c.data.overfit}}},

@@ -41,7 +41,7 @@ struct TrainConfig {
   bool bf16 = true;              // bf16 autocast on CUDA (fp32 master weights); ignored on CPU
   int64_t threads = 0;           // intra-op CPU threads, 0 = all cores
   int64_t log_every = 10;
-  int64_t val_every = 100;       // 0 = only at the end
+  int64_t val_every = 100;       // 0 = only at the end, -1 = never (benchmarks)
   int64_t checkpoint_every = 100;
   int64_t keep_checkpoints = 3;
 };

@@ -22,7 +22,7 @@
 #include "data/features.h"
 #include "model/autocast.h"
 #include "model/model.h"
-#include "model/structure_losses.h"
+#include "model/scoring.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/ema.h"
@@ -37,6 +37,7 @@ constexpr uint64_t kCropSalt = 0x63726f70;     // "crop"
 constexpr uint64_t kDropoutSalt = 0x64726f70;  // "drop"
 constexpr uint64_t kValidationSalt = 0x76616c; // "val"
 constexpr uint64_t kNoiseSalt = 0x6e6f6973;    // "nois": diffusion noise, augmentation, levels
+constexpr uint64_t kRecycleSalt = 0x72656379;  // "recy": trunk passes per training step
 
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_stop_signal(int) { g_stop_requested = true; }
@@ -75,26 +76,11 @@ data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint
 
 struct Validation {
   double loss = 0, accuracy = 0, pairs = 0;
-  // With a diffusion module: lDDT of one sampled structure per entry, averaged over entries.
-  double lddt_ca = 0, lddt_all = 0;
+  // With a diffusion module: lDDT of one sampled structure per entry, averaged over entries,
+  // and with a confidence head the mean pLDDT of those structures' resolved atoms.
+  double lddt_ca = 0, lddt_all = 0, plddt = 0;
   int structures = 0;
 };
-
-// lDDT of predicted atoms [1, N * 14, 3] against the batch's ground truth: over C-alpha atoms
-// (pairs of different tokens) and over all resolved heavy atoms (pairs of different residues).
-std::pair<double, double> lddt_of(const at::Tensor& pred, const data::Batch& batch) {
-  const int64_t N = batch.n_tokens(), A = N * data::kMaxAtomsPerToken;
-  const at::Tensor gt = batch.atom_coords.reshape({1, A, 3}).to(at::kFloat);
-  const at::Tensor mask = (batch.atom_mask * batch.token_mask.unsqueeze(-1)).reshape({1, A});
-  const at::Tensor p = pred.to(at::kFloat).reshape({1, A, 3});
-  const auto i64 = at::TensorOptions().dtype(at::kLong).device(p.device());
-  const at::Tensor residue = at::floor_divide(at::arange(A, i64), data::kMaxAtomsPerToken).view({1, A});
-  auto ca = [&](const at::Tensor& x) { return x.view({1, N, data::kMaxAtomsPerToken, -1}).select(2, data::kAtomCA); };
-  const double l_ca = model::lddt(ca(p), ca(gt), ca(mask.unsqueeze(-1)).squeeze(-1), at::arange(N, i64).view({1, N}))
-                          .score.item<double>();
-  const double l_all = model::lddt(p, gt, mask, residue).score.item<double>();
-  return {l_ca, l_all};
-}
 
 Validation validate(model::MegaFold& model, const data::Dataset& ds, const TrainConfig& cfg,
                     const c10::Device& device, bool autocast) {
@@ -117,10 +103,15 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
     v.accuracy += m.accuracy.item<double>() * pairs;
     v.pairs += pairs;
     if (model->has_diffusion()) {
-      const at::Tensor pred = model->sample(batch, out, 1, mix_seed(kValidationSalt ^ kNoiseSalt, fnv1a32(e.name)));
-      const auto [ca, all] = lddt_of(pred, batch);
-      v.lddt_ca += ca;
-      v.lddt_all += all;
+      const model::Prediction pred =
+          model->predict(batch, out, 1, mix_seed(kValidationSalt ^ kNoiseSalt, fnv1a32(e.name)));
+      const model::StructureScores sc = model::score_structures(pred.coords, batch);
+      v.lddt_ca += sc.lddt_ca.item<double>();
+      v.lddt_all += sc.lddt_all.item<double>();
+      if (pred.plddt.defined()) {
+        const at::Tensor m = (batch.atom_mask * batch.token_mask.unsqueeze(-1)).reshape({1, -1});
+        v.plddt += ((pred.plddt * m).sum() / m.sum().clamp_min(1)).item<double>();
+      }
       ++v.structures;
     }
   }
@@ -132,6 +123,7 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
   if (v.structures > 0) {
     v.lddt_ca /= v.structures;
     v.lddt_all /= v.structures;
+    v.plddt /= v.structures;
   }
   return v;
 }
@@ -226,6 +218,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     if (v.structures > 0) {
       fields["lddt_ca"] = v.lddt_ca;
       fields["lddt_all_atom"] = v.lddt_all;
+      if (model->has_confidence()) fields["plddt"] = v.plddt;
     }
     metrics.write("validation", step, fields);
     char line[240];
@@ -235,6 +228,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     if (v.structures > 0) {
       std::snprintf(line, sizeof(line), "; sampled structures: lDDT-CA %.4f, all-atom lDDT %.4f", v.lddt_ca, v.lddt_all);
       text += line;
+      if (model->has_confidence()) {
+        std::snprintf(line, sizeof(line), ", mean pLDDT %.1f", v.plddt);
+        text += line;
+      }
     }
     text += " (EMA weights)";
     if (!opts.quiet) progress.message(text);
@@ -252,8 +249,12 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     model::Losses loss;
     {
       model::AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
-      const model::TrunkOutput out = model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step));
-      loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step));
+      // AF3 trains with 1..N_cycle trunk passes, drawn per step.
+      const int64_t cycles = 1 + static_cast<int64_t>(mix_seed(cfg.seed ^ kRecycleSalt, step) %
+                                                      static_cast<uint64_t>(cfg.model.recycles));
+      const model::TrunkOutput out = model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step), cycles);
+      const bool confidence = model->has_confidence() && step % cfg.model.confidence.every == 0;
+      loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
     }
     loss.total.backward();
     const double grad_norm =
@@ -293,6 +294,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
         fields["diffusion_mse"] = loss.diffusion_mse.item<double>();
         fields["smooth_lddt_loss"] = loss.smooth_lddt.item<double>();
       }
+      if (loss.plddt.defined()) {
+        fields["plddt_loss"] = loss.plddt.item<double>();
+        fields["rollout_lddt"] = loss.plddt_target.item<double>();
+      }
       metrics.write("train", step, fields);
     }
     if (!opts.quiet) {
@@ -305,7 +310,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   }
   if (g_stop_requested && !opts.quiet) progress.message("stop requested: writing a checkpoint");
   if (step > start || g_stop_requested) checkpoint(step);
-  if (step == cfg.steps && step > start) run_validation(step);
+  if (step == cfg.steps && step > start && cfg.val_every >= 0) run_validation(step);
   progress.finish();
 
   result.steps_done = step - start;

@@ -73,13 +73,27 @@ TEST(Config, ErrorsNameTheFileAndKey) {
             std::string::npos);
 }
 
-TEST(Config, DiffusionSectionRoundTripsAndCountsForResume) {
-  const TrainConfig a = load_config("cpu-diffusion");
-  EXPECT_GT(a.model.diffusion.samples, 0);
-  EXPECT_EQ(load_config("cpu-tiny").model.diffusion.samples, 0);  // off unless asked for
+TEST(Config, DiffusionAndConfidenceSectionsRoundTripAndCountForResume) {
+  // The defaults for each machine train the whole model: trunk with recycling, diffusion, pLDDT.
+  for (const char* name : {"cpu-tiny", "gpu-small", "af3-full"}) {
+    const TrainConfig c = load_config(name);
+    EXPECT_GT(c.model.diffusion.samples, 0) << name;
+    EXPECT_GT(c.model.confidence.n_blocks, 0) << name;
+    EXPECT_GT(c.model.recycles, 1) << name;
+    const TrainConfig back = parse_config(to_json(c), "round trip");
+    EXPECT_EQ(to_json(back), to_json(c)) << name;
+  }
+  const TrainConfig a = load_config("cpu-tiny");
   TrainConfig b = a;
   b.model.diffusion.c_atom = a.model.diffusion.c_atom * 2;
   EXPECT_NE(resume_mismatch(a, b).find("model.diffusion"), std::string::npos) << resume_mismatch(a, b);
+  b = a;
+  b.model.confidence.n_blocks = 3;
+  EXPECT_NE(resume_mismatch(a, b).find("model.confidence"), std::string::npos) << resume_mismatch(a, b);
+  EXPECT_NE(error_of(R"({"model": {"diffusion": {"samples": 0}, "confidence": {"n_blocks": 1}}})")
+                .find("'model.confidence' needs the diffusion module"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"recycles": 0}})").find("'model.recycles' must be > 0"), std::string::npos);
 }
 
 TEST(Config, ResumeMismatchNamesChangedSettings) {

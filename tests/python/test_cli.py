@@ -8,8 +8,8 @@ def run(megafold_bin, *args):
 
 def test_help_everywhere(megafold_bin):
     top = run(megafold_bin, "--help")
-    assert top.returncode == 0 and "info" in top.stdout and "train" in top.stdout
-    for cmd in ("info", "train"):
+    assert top.returncode == 0 and all(c in top.stdout for c in ("info", "train", "predict", "eval"))
+    for cmd in ("info", "train", "predict", "eval"):
         r = run(megafold_bin, cmd, "--help")
         assert r.returncode == 0, cmd
         assert r.stdout.startswith(f"usage: megafold {cmd}"), r.stdout

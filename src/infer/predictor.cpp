@@ -1,0 +1,78 @@
+#include "infer/predictor.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "data/features.h"
+#include "data/reference_atoms.h"
+#include "model/autocast.h"
+#include "model/scoring.h"
+#include "train/checkpoint.h"
+#include "train/device.h"
+
+namespace megafold::infer {
+namespace {
+
+train::TrainConfig checkpoint_config(const std::string& path, const PredictOptions& opts) {
+  train::TrainConfig cfg = train::parse_config(train::read_checkpoint_meta(path).config_json, path);
+  MF_CHECK(cfg.model.diffusion.samples > 0, path,
+           ": this checkpoint has no diffusion module (trained with model.diffusion.samples = 0), so it "
+           "cannot predict structures; train with a config that enables it (e.g. cpu-diffusion)");
+  if (opts.sampler_steps > 0) cfg.model.diffusion.sampler_steps = opts.sampler_steps;
+  return cfg;
+}
+
+}  // namespace
+
+Predictor::Predictor(const std::string& checkpoint, const PredictOptions& opts)
+    : cfg_(checkpoint_config(checkpoint, opts)), device_(train::resolve_device(opts.device)) {
+  autocast_ = device_.is_cuda() && cfg_.bf16;
+  model_ = model::MegaFold(cfg_.model);
+  step_ = train::load_weights(checkpoint, *model_, opts.ema).step;
+  model_->to(device_);
+  model_->eval();
+}
+
+PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_t seed) {
+  MF_CHECK(samples >= 1, "predict: samples must be >= 1, got ", samples);
+  at::NoGradGuard no_grad;
+  const data::Batch batch = data::make_batch({&e}, {{}}, 0).to(device_);
+  model::Prediction p;
+  {
+    model::AutocastScope ac(at::kCUDA, autocast_, at::kBFloat16);
+    const model::TrunkOutput out = model_->forward(batch, 0);
+    p = model_->predict(batch, out, samples, seed);
+  }
+  PredictedEntry r;
+  r.coords = p.coords.to(at::kCPU, at::kFloat);
+  if (p.plddt.defined()) r.plddt = p.plddt.to(at::kCPU, at::kFloat);
+  if (std::any_of(e.atom_mask.begin(), e.atom_mask.end(), [](uint8_t m) { return m != 0; })) {
+    const model::StructureScores sc = model::score_structures(p.coords, batch);
+    for (int64_t k = 0; k < samples; ++k) {
+      r.lddt_ca.push_back(sc.lddt_ca[k].item<double>());
+      r.lddt_all.push_back(sc.lddt_all[k].item<double>());
+    }
+  }
+  return r;
+}
+
+std::vector<uint8_t> predicted_atom_mask(const data::Entry& e) {
+  const data::ReferenceTable& ref = data::reference_atoms();
+  std::vector<uint8_t> mask(static_cast<size_t>(e.n_tokens()) * data::kMaxAtomsPerToken, 0);
+  for (int i = 0; i < e.n_tokens(); ++i)
+    for (int a = 0; a < data::kMaxAtomsPerToken; ++a)
+      mask[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a] = ref[e.restype[i]][a].element > 0 ? 1 : 0;
+  return mask;
+}
+
+data::Entry load_input(const std::string& path) {
+  if (data::is_fasta_file(path)) return data::load_fasta(path);
+  MF_CHECK(data::is_structure_file(path), path,
+           ": unknown input type; expected a structure (.cif .mmcif .pdb .ent, optionally .gz) or a FASTA file "
+           "(.fasta .fa .faa .fas)");
+  return data::load_entry(path);
+}
+
+}  // namespace megafold::infer

@@ -1,0 +1,56 @@
+#pragma once
+// Inference from a training checkpoint: the model rebuilt from the checkpoint's own config
+// with its EMA weights, trunk recycling as configured, structures from the diffusion sampler
+// and pLDDT from the confidence head. Shared by `megafold predict` and `megafold eval`.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <string>
+#include <vector>
+
+#include "data/structure.h"
+#include "model/model.h"
+#include "train/config.h"
+
+namespace megafold::infer {
+
+struct PredictOptions {
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int64_t sampler_steps = 0;    // 0 = the checkpoint config's model.diffusion.sampler_steps
+  bool ema = true;              // EMA weights (as validation reports); false = raw weights
+};
+
+struct PredictedEntry {
+  at::Tensor coords;            // [samples, n_token * kMaxAtomsPerToken, 3] float, CPU, Angstrom
+  at::Tensor plddt;             // [samples, n_token * kMaxAtomsPerToken] in [0, 100]; undefined
+                                // without a confidence head
+  std::vector<double> lddt_ca;  // per sample, against the entry's coordinates; empty when the
+  std::vector<double> lddt_all; // entry has none (FASTA input)
+};
+
+class Predictor {
+ public:
+  // Throws megafold::Error naming the checkpoint when it cannot be read or has no diffusion module.
+  Predictor(const std::string& checkpoint, const PredictOptions& opts);
+  // All tokens of `e` (no crop), `samples` structures, deterministic in `seed`.
+  PredictedEntry predict(const data::Entry& e, int64_t samples, uint64_t seed);
+  const train::TrainConfig& config() const { return cfg_; }
+  int64_t step() const { return step_; }
+  const c10::Device& device() const { return device_; }
+
+ private:
+  train::TrainConfig cfg_;
+  int64_t step_ = 0;
+  c10::Device device_;
+  bool autocast_;
+  model::MegaFold model_{nullptr};
+};
+
+// Atom slots a prediction has: every heavy atom of each token's residue type
+// ([n_token * kMaxAtomsPerToken], the layout of Entry::atom_mask).
+std::vector<uint8_t> predicted_atom_mask(const data::Entry& e);
+
+// Loads a structure (.cif/.pdb, optionally .gz) or a FASTA file by its name.
+data::Entry load_input(const std::string& path);
+
+}  // namespace megafold::infer
