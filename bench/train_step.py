@@ -5,7 +5,8 @@ step time (steps after the first three) and peak memory, as bench/results/train_
 usage: bench/train_step.py --bin build/megafold --out bench/results/train_step.json \
            gpu-small:100 af3-full:12 [--merge]
 Each CONFIG:STEPS trains the built-in config for STEPS steps on data/pdb (logging every step,
-validation only at the end). --merge keeps rows of other devices already in --out; every row
+no validation). Rows name what the step contains: trunk blocks and passes (recycles: training
+draws 1..recycles per step), diffusion samples per step, confidence-head blocks and interval. --merge keeps rows of other devices already in --out; every row
 carries the device, commit and date of its own run, and the top level names the GPU of the GPU
 rows (or the CPU when there are none).
 """
@@ -53,7 +54,7 @@ def commit():
 
 def run(binary, config, steps, workdir):
     cfg = workdir / f"{config}.json"
-    cfg.write_text(json.dumps({"base": config, "log_every": 1, "val_every": 0,
+    cfg.write_text(json.dumps({"base": config, "log_every": 1, "val_every": -1,
                                "checkpoint_every": 1000000}))
     out = workdir / config
     subprocess.run([binary, "train", "--config", str(cfg), "--data", str(ROOT / "data/pdb"),
@@ -72,6 +73,11 @@ def run(binary, config, steps, workdir):
         "step_ms": round(statistics.median(timed), 2),
         "peak_gb": round(max(r["peak_memory_gb"] for r in train), 3),
         "checkpointing": resolved["model"]["checkpoint_blocks"],
+        "recycles": resolved["model"].get("recycles", 1),
+        "diffusion_samples": resolved["model"].get("diffusion", {}).get("samples", 0),
+        "diffusion_blocks": resolved["model"].get("diffusion", {}).get("n_blocks", 0),
+        "confidence_blocks": resolved["model"].get("confidence", {}).get("n_blocks", 0),
+        "confidence_every": resolved["model"].get("confidence", {}).get("every", 0),
         "bf16": resolved["bf16"] and not device_name().startswith("CPU"),
         "loss_first": train[0]["loss"],
         "loss_last": train[-1]["loss"],
