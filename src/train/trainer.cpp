@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -239,6 +240,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
 
   reset_peak_memory(device);
   int64_t step = start;
+  std::optional<std::pair<double, double>> last_plddt;  // pLDDT loss and rollout lDDT
   while (step < cfg.steps && !g_stop_requested) {
     const auto t0 = std::chrono::steady_clock::now();
     const data::Batch batch = training_batch(ds, cfg, cfg.seed, step).to(device);
@@ -262,6 +264,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
             ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)
             : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
     const double loss_value = loss.total.item<double>();
+    if (loss.plddt.defined()) last_plddt = {loss.plddt.item<double>(), loss.plddt_target.item<double>()};
     const bool finite = std::isfinite(loss_value) && std::isfinite(grad_norm);
     if (finite) {
       optimizer.step();
@@ -294,9 +297,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
         fields["diffusion_mse"] = loss.diffusion_mse.item<double>();
         fields["smooth_lddt_loss"] = loss.smooth_lddt.item<double>();
       }
-      if (loss.plddt.defined()) {
-        fields["plddt_loss"] = loss.plddt.item<double>();
-        fields["rollout_lddt"] = loss.plddt_target.item<double>();
+      // The head trains every confidence.every steps: log its latest values.
+      if (last_plddt) {
+        fields["plddt_loss"] = last_plddt->first;
+        fields["rollout_lddt"] = last_plddt->second;
       }
       metrics.write("train", step, fields);
     }
