@@ -34,5 +34,6 @@ int info_main(const std::vector<std::string>& args);
 int train_main(const std::vector<std::string>& args);
 int predict_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
+int cache_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

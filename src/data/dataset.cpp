@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/check.h"
+#include "data/cache.h"
 
 namespace megafold::data {
 
@@ -46,19 +47,31 @@ std::vector<std::string> list_structure_files(const std::string& dir) {
 }
 
 Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
-  const std::vector<std::string> paths = list_structure_files(dir);
   Dataset ds;
-  for (const std::string& p : paths) {
-    try {
-      Entry e = load_entry(p);
-      (!overfit && is_validation_entry(e.name) ? ds.validation : ds.train).push_back(std::move(e));
-    } catch (const std::exception& ex) {
-      ds.skipped.push_back(ex.what());
-      if (!quiet) std::cerr << "warning: skipping " << ex.what() << "\n";
+  auto add = [&](Entry e) { (!overfit && is_validation_entry(e.name) ? ds.validation : ds.train).push_back(std::move(e)); };
+  auto skip = [&](const std::string& why) {
+    ds.skipped.push_back(why);
+    if (!quiet) std::cerr << "warning: skipping " << why << "\n";
+  };
+  size_t found = 0;
+  if (is_cache_dir(dir)) {  // a feature cache (megafold cache): no parsing
+    CacheEntries cache = read_cache(dir);
+    found = cache.entries.size() + cache.skipped.size();
+    for (Entry& e : cache.entries) add(std::move(e));
+    for (const std::string& why : cache.skipped) skip(why);
+  } else {
+    const std::vector<std::string> paths = list_structure_files(dir);
+    found = paths.size();
+    for (const std::string& p : paths) {
+      try {
+        add(load_entry(p));
+      } catch (const std::exception& ex) {
+        skip(ex.what());
+      }
     }
   }
-  MF_CHECK(!ds.train.empty(), "no usable training structure under '", dir, "' (", paths.size(),
-           " structure files found, ", ds.skipped.size(), " skipped)");
+  MF_CHECK(!ds.train.empty(), "no usable training structure under '", dir, "' (", found,
+           " structure files or cache entries found, ", ds.skipped.size(), " skipped)");
   if (overfit) ds.validation = ds.train;
   return ds;
 }

@@ -33,7 +33,8 @@ struct Dataset {
 // unreadable directory.
 std::vector<std::string> list_structure_files(const std::string& dir);
 
-// Loads every structure file under `dir` (recursively, sorted by path). A file that cannot
+// Loads a feature cache (`dir` holds the index.tsv of `megafold cache`; no parsing), or else
+// every structure file under `dir` (recursively, sorted by path). A file that cannot
 // be used is skipped with a warning on stderr naming the file and the reason; the load
 // fails only when no training entry is left. Long entries are kept whole: crops cut them.
 // overfit: every entry trains, and `validation` holds the same entries (a memorisation check

@@ -10,18 +10,6 @@
 namespace megafold::data {
 namespace {
 
-// Token type of a one-letter code (upper case), or -1.
-int residue_of_letter(char c) {
-  static const std::array<int8_t, 26> table = [] {
-    std::array<int8_t, 26> t;
-    t.fill(-1);
-    for (int r = 0; r < kNumAminoAcids; ++r) t[amino_acid_letter(r) - 'A'] = static_cast<int8_t>(r);
-    for (char x : {'X', 'B', 'Z', 'J', 'U', 'O'}) t[x - 'A'] = kUnknownAminoAcid;
-    return t;
-  }();
-  return c >= 'A' && c <= 'Z' ? table[c - 'A'] : -1;
-}
-
 // Chain ids A..Z, then AA, AB, ... as mmCIF allows.
 std::string chain_name(int i) {
   std::string s;
@@ -71,7 +59,7 @@ Entry load_fasta(const std::string& path) {
         ended = true;
         continue;
       }
-      const int t = ended ? -1 : residue_of_letter(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+      const int t = ended ? -1 : amino_acid_of_letter(c);
       if (t < 0)
         throw Error(path + ":" + std::to_string(line_no) + ":" + std::to_string(k + 1) + ": '" + std::string(1, c) +
                     "' is not an amino-acid code" + (ended ? " (after the record's terminating '*')" : ""));

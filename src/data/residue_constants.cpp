@@ -51,6 +51,18 @@ std::string_view amino_acid_name(int t) {
 
 char amino_acid_letter(int t) { return t >= 0 && t <= kNumAminoAcids ? kAminoAcids[t].letter : 'X'; }
 
+int amino_acid_of_letter(char c) {
+  static const std::array<int8_t, 26> table = [] {
+    std::array<int8_t, 26> t;
+    t.fill(-1);
+    for (int r = 0; r < kNumAminoAcids; ++r) t[kAminoAcids[r].letter - 'A'] = static_cast<int8_t>(r);
+    for (char x : {'X', 'B', 'Z', 'J', 'U', 'O'}) t[x - 'A'] = kUnknownAminoAcid;
+    return t;
+  }();
+  if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  return c >= 'A' && c <= 'Z' ? table[c - 'A'] : -1;
+}
+
 int atom_slot(int t, std::string_view atom_name) {
   if (t < 0 || t > kNumAminoAcids) return -1;
   if (t == kMet && atom_name == "SE") atom_name = "SD";

@@ -30,6 +30,10 @@ std::string_view amino_acid_name(int t);
 // One-letter code of token type t ('X' for UNK and non-protein types).
 char amino_acid_letter(int t);
 
+// Token type of a one-letter amino-acid code, either case: the 20 standard letters, and X, B,
+// Z, J, U, O as UNK; -1 for anything else.
+int amino_acid_of_letter(char c);
+
 // Slot of atom `atom_name` in the dense layout of amino acid t, or -1 if t has no such atom.
 // Selenium of MSE is accepted as SD of MET.
 int atom_slot(int t, std::string_view atom_name);

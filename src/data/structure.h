@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "data/msa.h"
 #include "data/residue_constants.h"
 
 namespace megafold::data {
@@ -38,6 +39,8 @@ struct Entry {
   std::vector<int32_t> author_index;   // [n_token]   author residue number (auth_seq_id)
   std::string insertion_codes;         // [n_token]   author insertion code, ' ' for none
   std::vector<std::string> chain_ids;  // [n_chain]   author chain id per asym_id
+  std::vector<Msa> msas;               // [n_chain] or empty: each chain's MSA over its tokens
+                                       // (msa_for_chain); depth 0 = single sequence
   int dropped_residues = 0;            // waters, ligands, non-protein polymers
   int dropped_hydrogens = 0;
 
@@ -71,6 +74,9 @@ bool is_fasta_file(const std::string& path);
 // Written atomically. Throws megafold::Error naming the path on a size mismatch or I/O error.
 void write_mmcif(const Entry& e, const std::string& path, const std::vector<float>& coords = {},
                  const std::vector<float>& b_factors = {});
+
+// The entry name of a structure file: its file name without .gz and the last extension.
+std::string entry_name(const std::string& path);
 
 // True for file names this loader reads: .cif .mmcif .pdb .ent, each optionally .gz.
 bool is_structure_file(const std::string& path);

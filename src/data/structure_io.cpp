@@ -27,13 +27,6 @@ bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string stem_of(const std::string& path) {
-  std::string name = std::filesystem::path(path).filename().string();
-  if (ends_with(name, ".gz")) name.resize(name.size() - 3);
-  const auto dot = name.rfind('.');
-  return dot == std::string::npos ? name : name.substr(0, dot);
-}
-
 [[noreturn]] void reject(const std::string& path, const std::string& why) {
   throw Error(path + ": " + why);
 }
@@ -76,6 +69,13 @@ bool append_token(Entry& e, const gemmi::Residue& res, int t, int asym, int32_t 
 }
 
 }  // namespace
+
+std::string entry_name(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  if (ends_with(name, ".gz")) name.resize(name.size() - 3);
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
 
 bool is_structure_file(const std::string& path) {
   std::string p = path;
@@ -125,7 +125,7 @@ Entry load_entry(const std::string& path) {
 
   Entry e;
   e.path = path;
-  e.name = stem_of(path);
+  e.name = entry_name(path);
   const gemmi::Model& model = st.models.front();  // rule 1: first model only
   for (const gemmi::Chain& chain : model.chains) {
     const gemmi::ConstResidueSpan polymer = chain.get_polymer();

@@ -1,0 +1,393 @@
+#include "data/cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/check.h"
+#include "core/files.h"
+#include "data/dataset.h"
+
+namespace megafold::data {
+namespace fs = std::filesystem;
+namespace {
+
+// Entry file: magic (8 bytes), version (u32), CRC-32 of the payload (u32), payload size (u64),
+// payload. Numbers are little-endian (the hosts we run on); arrays are stored contiguously.
+constexpr char kMagic[8] = {'M', 'F', 'E', 'N', 'T', 'R', 'Y', '\0'};
+constexpr size_t kHeader = 8 + 4 + 4 + 8;
+
+class Writer {
+ public:
+  template <typename T>
+  void put(T v) {
+    bytes_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  template <typename T>
+  void put(const std::vector<T>& v) {
+    put<uint64_t>(v.size());
+    bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  void put(const std::string& s) {
+    put<uint64_t>(s.size());
+    bytes_.append(s);
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+class Reader {
+ public:
+  Reader(const unsigned char* p, size_t n, const std::string& origin) : p_(p), end_(p + n), origin_(origin) {}
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return v;
+  }
+  template <typename T>
+  std::vector<T> vec(uint64_t expected) {
+    const uint64_t n = get<uint64_t>();
+    if (n != expected)
+      throw Error(origin_ + ": corrupt cache entry (an array holds " + std::to_string(n) + " values, " +
+                  std::to_string(expected) + " expected); rebuild it with megafold cache");
+    need(n * sizeof(T));
+    std::vector<T> v(n);
+    std::memcpy(v.data(), p_, n * sizeof(T));
+    p_ += n * sizeof(T);
+    return v;
+  }
+  std::string str() {
+    const uint64_t n = get<uint64_t>();
+    need(n);
+    std::string s(reinterpret_cast<const char*>(p_), n);
+    p_ += n;
+    return s;
+  }
+  bool done() const { return p_ == end_; }
+
+ private:
+  void need(uint64_t n) const {
+    if (n > static_cast<uint64_t>(end_ - p_))
+      throw Error(origin_ + ": truncated cache entry; rebuild it with megafold cache");
+  }
+  const unsigned char* p_;
+  const unsigned char* end_;
+  std::string origin_;
+};
+
+uint32_t crc_of(const unsigned char* p, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = crc32(crc, p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string entry_file_name(const std::string& name) { return name + ".mfe"; }
+
+int64_t msa_rows(const Entry& e) {
+  int64_t rows = 0;
+  for (const Msa& m : e.msas) rows += m.depth;
+  return rows;
+}
+
+}  // namespace
+
+std::string encode_entry(const Entry& e) {
+  const uint64_t n = e.restype.size(), chains = e.chain_ids.size();
+  MF_CHECK(e.msas.empty() || e.msas.size() == chains, e.name, ": ", e.msas.size(), " MSAs for ", chains, " chains");
+  Writer w;
+  w.put(e.name);
+  w.put(e.path);
+  w.put<uint64_t>(n);
+  w.put<uint64_t>(chains);
+  w.put(e.restype);
+  w.put(e.residue_index);
+  w.put(e.author_index);
+  w.put(std::vector<char>(e.insertion_codes.begin(), e.insertion_codes.end()));
+  w.put(e.asym_id);
+  w.put(e.entity_id);
+  w.put(e.sym_id);
+  w.put(e.coords);
+  w.put(e.atom_mask);
+  for (const std::string& c : e.chain_ids) w.put(c);
+  w.put<uint64_t>(e.msas.size());
+  for (const Msa& m : e.msas) {
+    w.put<int64_t>(m.depth);
+    w.put<int64_t>(m.length);
+    w.put(m.tokens);
+    w.put(m.deletions);
+  }
+  w.put<int32_t>(e.dropped_residues);
+  w.put<int32_t>(e.dropped_hydrogens);
+  const std::string& payload = w.bytes();
+  Writer head;
+  for (char c : kMagic) head.put(c);
+  head.put<uint32_t>(kCacheVersion);
+  head.put<uint32_t>(crc_of(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
+  head.put<uint64_t>(payload.size());
+  return head.bytes() + payload;
+}
+
+Entry decode_entry(const unsigned char* data, size_t size, const std::string& origin) {
+  if (size < kHeader || std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
+    throw Error(origin + ": not a megafold cache entry (bad magic or shorter than its header)");
+  Reader head(data + 8, kHeader - 8, origin);
+  const auto version = head.get<uint32_t>();
+  const auto crc = head.get<uint32_t>();
+  const auto bytes = head.get<uint64_t>();
+  if (version != kCacheVersion)
+    throw Error(origin + ": cache entry version " + std::to_string(version) + ", this build reads version " +
+                std::to_string(kCacheVersion) + "; rebuild the cache with megafold cache");
+  if (bytes != size - kHeader)
+    throw Error(origin + ": truncated cache entry (" + std::to_string(size - kHeader) + " payload bytes of " +
+                std::to_string(bytes) + "); rebuild it with megafold cache");
+  if (crc_of(data + kHeader, bytes) != crc)
+    throw Error(origin + ": cache entry checksum mismatch (corrupted file); rebuild it with megafold cache");
+  Reader r(data + kHeader, bytes, origin);
+  Entry e;
+  e.name = r.str();
+  e.path = r.str();
+  const auto n = r.get<uint64_t>(), chains = r.get<uint64_t>();
+  e.restype = r.vec<int8_t>(n);
+  e.residue_index = r.vec<int32_t>(n);
+  e.author_index = r.vec<int32_t>(n);
+  const auto icodes = r.vec<char>(n);
+  e.insertion_codes.assign(icodes.begin(), icodes.end());
+  e.asym_id = r.vec<int32_t>(n);
+  e.entity_id = r.vec<int32_t>(n);
+  e.sym_id = r.vec<int32_t>(n);
+  e.coords = r.vec<float>(n * kMaxAtomsPerToken * 3);
+  e.atom_mask = r.vec<uint8_t>(n * kMaxAtomsPerToken);
+  for (uint64_t c = 0; c < chains; ++c) e.chain_ids.push_back(r.str());
+  const auto msas = r.get<uint64_t>();
+  if (msas != 0 && msas != chains) throw Error(origin + ": corrupt cache entry (MSA count)");
+  for (uint64_t c = 0; c < msas; ++c) {
+    Msa m;
+    m.depth = r.get<int64_t>();
+    m.length = r.get<int64_t>();
+    m.tokens = r.vec<int8_t>(m.depth * m.length);
+    m.deletions = r.vec<uint8_t>(m.depth * m.length);
+    e.msas.push_back(std::move(m));
+  }
+  e.dropped_residues = r.get<int32_t>();
+  e.dropped_hydrogens = r.get<int32_t>();
+  if (!r.done()) throw Error(origin + ": corrupt cache entry (trailing bytes)");
+  return e;
+}
+
+Entry read_entry_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(path + ": cannot open cache entry: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw Error(path + ": cannot stat cache entry");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    throw Error(path + ": empty cache entry; rebuild it with megafold cache");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw Error(path + ": cannot map cache entry: " + std::strerror(errno));
+  try {
+    Entry e = decode_entry(static_cast<const unsigned char*>(map), size, path);
+    ::munmap(map, size);
+    return e;
+  } catch (...) {
+    ::munmap(map, size);
+    throw;
+  }
+}
+
+bool is_cache_dir(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "index.tsv"); }
+
+namespace {
+
+// What happened to one input.
+struct Outcome {
+  std::string name, file, source, error;  // error: why the input was skipped ("" = cached)
+  std::vector<std::string> warnings;      // MSAs that could not be used
+  bool reused = false;
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+  int64_t tokens = 0, chains = 0, msa_rows = 0;
+};
+
+// The MSA of each chain from <msa_dir>/<entry>_<chain>.a3m, where present.
+void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>& warnings) {
+  if (msa_dir.empty()) return;
+  e.msas.assign(e.n_chains(), Msa{});
+  for (int c = 0; c < e.n_chains(); ++c) {
+    const fs::path file = fs::path(msa_dir) / (e.name + "_" + e.chain_ids[c] + ".a3m");
+    if (!fs::exists(file)) continue;
+    std::vector<int8_t> seq;
+    std::vector<int32_t> index;
+    for (int i = 0; i < e.n_tokens(); ++i)
+      if (e.asym_id[i] == c) seq.push_back(e.restype[i]), index.push_back(e.residue_index[i]);
+    try {
+      e.msas[c] = msa_for_chain(load_a3m(file.string()), seq, index, file.string());
+    } catch (const std::exception& ex) {
+      warnings.push_back(std::string("MSA not used: ") + ex.what());
+    }
+  }
+}
+
+Outcome cache_one(const std::string& path, const std::string& name, const CacheOptions& opts) {
+  Outcome o;
+  o.name = name;
+  o.source = path;
+  o.file = entry_file_name(name);
+  const std::string target = (fs::path(opts.out) / "entries" / o.file).string();
+  auto record = [&](const Entry& e, const std::string& bytes_or_empty, uint64_t size) {
+    o.tokens = e.n_tokens();
+    o.chains = e.n_chains();
+    o.msa_rows = msa_rows(e);
+    o.bytes = size;
+    if (!bytes_or_empty.empty())
+      o.crc = crc_of(reinterpret_cast<const unsigned char*>(bytes_or_empty.data()), bytes_or_empty.size());
+  };
+  if (fs::exists(target)) {
+    try {
+      const Entry e = read_entry_file(target);
+      std::ifstream in(target, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      o.reused = true;
+      record(e, ss.str(), fs::file_size(target));
+      return o;
+    } catch (const std::exception&) {
+      // invalid or from another version: rebuilt below
+    }
+  }
+  try {
+    Entry e = load_entry(path);
+    e.name = name;
+    attach_msas(e, opts.msa, o.warnings);
+    const std::string bytes = encode_entry(e);
+    write_file_atomically(target, bytes);
+    record(e, bytes, bytes.size());
+  } catch (const std::exception& ex) {
+    o.error = ex.what();
+  }
+  return o;
+}
+
+}  // namespace
+
+CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int64_t, int64_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::string> paths = list_structure_files(opts.input);
+  MF_CHECK(opts.msa.empty() || fs::is_directory(opts.msa), "MSA directory '", opts.msa, "' does not exist");
+  fs::create_directories(fs::path(opts.out) / "entries");
+  // Names are decided up front, in path order: a later file with the same name is skipped.
+  std::vector<std::string> names(paths.size());
+  std::map<std::string, size_t> first;
+  std::vector<Outcome> outcomes(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    names[i] = entry_name(paths[i]);
+    auto [it, inserted] = first.emplace(names[i], i);
+    if (!inserted) outcomes[i] = {names[i], "", paths[i], "duplicate entry name '" + names[i] + "' (also " + paths[it->second] + ")"};
+  }
+  const int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::mutex progress_mutex;
+  auto worker = [&] {
+    for (size_t i = next++; i < paths.size(); i = next++) {
+      if (outcomes[i].error.empty()) outcomes[i] = cache_one(paths[i], names[i], opts);
+      const int64_t d = ++done;
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        progress(d, static_cast<int64_t>(paths.size()));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 0; j < std::min<int>(jobs, static_cast<int>(std::max<size_t>(paths.size(), 1))); ++j) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+
+  CacheSummary s;
+  std::vector<const Outcome*> cached;
+  std::ostringstream skipped;
+  skipped << "source\treason\n";
+  for (const Outcome& o : outcomes) {
+    for (const std::string& w : o.warnings) skipped << o.source << "\t" << w << "\n";
+    if (!o.error.empty()) {
+      skipped << o.source << "\t" << o.error << "\n";
+      ++s.skipped;
+      continue;
+    }
+    cached.push_back(&o);
+  }
+  std::ostringstream index;
+  index << "# megafold feature cache v" << kCacheVersion << "\nname\tfile\tbytes\tcrc32\ttokens\tchains\tmsa_rows\tsource\n";
+  for (const Outcome* o : cached) {
+    index << o->name << "\t" << o->file << "\t" << o->bytes << "\t" << o->crc << "\t" << o->tokens << "\t" << o->chains
+          << "\t" << o->msa_rows << "\t" << o->source << "\n";
+    ++s.entries;
+    (o->reused ? s.reused : s.built) += 1;
+    s.tokens += o->tokens;
+    s.chains += o->chains;
+    s.msa_rows += o->msa_rows;
+    s.bytes += static_cast<int64_t>(o->bytes);
+  }
+  write_file_atomically((fs::path(opts.out) / "skipped.tsv").string(), skipped.str());
+  write_file_atomically((fs::path(opts.out) / "index.tsv").string(), index.str());
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+CacheEntries read_cache(const std::string& dir) {
+  const std::string index_path = (fs::path(dir) / "index.tsv").string();
+  std::ifstream in(index_path);
+  MF_CHECK(in.good(), index_path, ": cannot read the cache index");
+  CacheEntries out;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
+    MF_CHECK(f.size() == 8, index_path, ":", line_no, ": expected 8 tab-separated fields, got ", f.size());
+    const std::string file = (fs::path(dir) / "entries" / f[1]).string();
+    try {
+      Entry e = read_entry_file(file);
+      if (e.name != f[0]) throw Error(file + ": holds entry '" + e.name + "', the index says '" + f[0] + "'");
+      const auto size = fs::file_size(file);
+      if (std::to_string(size) != f[2])
+        throw Error(file + ": " + std::to_string(size) + " bytes, the index says " + f[2] + " (changed since indexed)");
+      out.entries.push_back(std::move(e));
+    } catch (const std::exception& ex) {
+      out.skipped.push_back("cache entry " + f[0] + ": " + ex.what());
+    }
+  }
+  return out;
+}
+
+}  // namespace megafold::data

@@ -1,0 +1,67 @@
+#pragma once
+// The ahead-of-time feature cache: every deterministic part of an entry (tokens, numbering,
+// chains and entities, coordinates and masks, per-chain MSAs mapped onto the chain's residues)
+// parsed once and stored as one binary file per entry, read back by memory mapping without any
+// parsing. Reference-atom features are not stored: they are a table lookup by token type.
+//
+// Layout of a cache directory:
+//   index.tsv         one line per entry, in the order of the input paths (as load_dataset reads
+//                     files, so a cache and its input give the same sample stream): name, file,
+//                     bytes, crc32 of the file, tokens, chains, MSA rows, source
+//   skipped.tsv       every input that was not cached, with the reason
+//   entries/<name>.mfe   one entry (format in cache.cpp; versioned, CRC-32 over the payload)
+// Each entry file is written atomically; the index is written last, so a killed build leaves
+// valid entries that a rerun keeps.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/structure.h"
+
+namespace megafold::data {
+
+inline constexpr uint32_t kCacheVersion = 1;
+
+// Serialises an entry (deterministic: the same entry gives the same bytes).
+std::string encode_entry(const Entry& e);
+
+// Parses and checks an entry file's bytes; `origin` names it in errors (bad magic, version,
+// truncation, checksum mismatch).
+Entry decode_entry(const unsigned char* data, size_t size, const std::string& origin);
+
+// Memory-maps and decodes one entry file. Throws megafold::Error naming the file.
+Entry read_entry_file(const std::string& path);
+
+struct CacheOptions {
+  std::string input;     // directory of mmCIF/PDB files (.gz too), searched recursively
+  std::string msa;       // optional directory of <entry>_<chain>.a3m files ("" = none)
+  std::string out;       // cache directory
+  int jobs = 0;          // worker threads, 0 = all cores
+  bool quiet = false;
+};
+
+struct CacheSummary {
+  int64_t entries = 0, built = 0, reused = 0, skipped = 0;
+  int64_t tokens = 0, chains = 0, msa_rows = 0, bytes = 0;
+  double seconds = 0;
+};
+
+// Builds or completes a cache (see the header comment). An input that cannot be used is
+// listed in skipped.tsv with its reason and never stops the build; an entry file already
+// present and valid is kept. `progress` (may be empty) is called after each input.
+CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int64_t done, int64_t total)>& progress = {});
+
+// True if `dir` holds a cache (an index.tsv).
+bool is_cache_dir(const std::string& dir);
+
+struct CacheEntries {
+  std::vector<Entry> entries;
+  std::vector<std::string> skipped;  // "name (file): reason" for entries that failed their check
+};
+
+// Reads every entry of a cache's index. An entry file that is missing, truncated or fails its
+// checksum is reported in `skipped` (naming the entry and the file), not fatal.
+CacheEntries read_cache(const std::string& dir);
+
+}  // namespace megafold::data

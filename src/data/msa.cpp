@@ -1,0 +1,143 @@
+#include "data/msa.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/check.h"
+#include "data/residue_constants.h"
+
+namespace megafold::data {
+namespace {
+
+// One sequence being read: its aligned columns and deletions so far.
+struct Row {
+  std::vector<int8_t> tokens;
+  std::vector<uint8_t> deletions;
+  int pending = 0;  // insertions since the last aligned column
+  int first_line = 0;
+};
+
+}  // namespace
+
+Msa parse_a3m(std::string_view text, const std::string& origin) {
+  std::vector<Row> rows;
+  bool in_record = false;
+  int line_no = 0;
+  auto close = [&](const std::string& where) {
+    if (!in_record) return;
+    Row& r = rows.back();
+    if (r.tokens.empty()) throw Error(where + ": sequence " + std::to_string(rows.size()) + " has no aligned column");
+    if (rows.size() > 1 && r.tokens.size() != rows.front().tokens.size())
+      throw Error(origin + ":" + std::to_string(r.first_line) + ": sequence " + std::to_string(rows.size()) + " has " +
+                  std::to_string(r.tokens.size()) + " aligned columns, the query has " +
+                  std::to_string(rows.front().tokens.size()));
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = origin + ":" + std::to_string(line_no);
+    if (line[0] == '>') {
+      close(where);
+      rows.emplace_back();
+      rows.back().first_line = line_no;
+      in_record = true;
+      continue;
+    }
+    if (!in_record) throw Error(where + ": sequence before the first '>' header");
+    Row& r = rows.back();
+    for (size_t k = 0; k < line.size(); ++k) {
+      const char c = line[k];
+      if (c == '.' || c == ' ' || c == '\t' || c == '*') continue;
+      if (c >= 'a' && c <= 'z') {
+        ++r.pending;
+        continue;
+      }
+      const int t = c == '-' ? kGapToken : amino_acid_of_letter(c);
+      if (t < 0)
+        throw Error(where + ":" + std::to_string(k + 1) + ": '" + std::string(1, c) +
+                    "' is not an amino-acid code, '-' or an insertion");
+      r.tokens.push_back(static_cast<int8_t>(t));
+      r.deletions.push_back(static_cast<uint8_t>(std::min(r.pending, 255)));
+      r.pending = 0;
+    }
+  }
+  close(origin + ":" + std::to_string(line_no));
+  Msa m;
+  if (rows.empty()) return m;
+  m.depth = static_cast<int64_t>(rows.size());
+  m.length = static_cast<int64_t>(rows.front().tokens.size());
+  for (const Row& r : rows) {
+    m.tokens.insert(m.tokens.end(), r.tokens.begin(), r.tokens.end());
+    m.deletions.insert(m.deletions.end(), r.deletions.begin(), r.deletions.end());
+  }
+  return m;
+}
+
+Msa load_a3m(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open MSA file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  return parse_a3m(ss.str(), path);
+}
+
+Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
+                  const std::string& origin) {
+  MF_CHECK(sequence.size() == residue_index.size(), origin, ": sequence and residue_index differ in length");
+  const int64_t n = static_cast<int64_t>(sequence.size());
+  Msa out;
+  if (msa.depth == 0) return out;
+  // Column of each token: one to one, or by residue_index into the full sequence.
+  std::vector<int64_t> column(n);
+  auto matches = [&](const std::vector<int64_t>& col) {
+    for (int64_t i = 0; i < n; ++i)
+      if (col[i] < 0 || col[i] >= msa.length || msa.tokens[col[i]] != sequence[i]) return i;
+    return n;
+  };
+  for (int64_t i = 0; i < n; ++i) column[i] = i;
+  int64_t bad = msa.length == n ? matches(column) : 0;
+  if (msa.length != n || bad < n) {
+    for (int64_t i = 0; i < n; ++i) column[i] = residue_index[i] - 1;
+    bad = matches(column);
+    if (bad < n) {
+      const bool outside = column[bad] < 0 || column[bad] >= msa.length;
+      throw Error(origin + ": the MSA's query (" + std::to_string(msa.length) + " columns) does not match the chain (" +
+                  std::to_string(n) + " residues): residue " + std::to_string(residue_index[bad]) + " (" +
+                  std::string(1, amino_acid_letter(sequence[bad])) + ") " +
+                  (outside ? "is outside the query" : std::string("is '") + amino_acid_letter(msa.tokens[column[bad]]) + "' in the query"));
+    }
+  }
+  out.depth = msa.depth;
+  out.length = n;
+  out.tokens.resize(msa.depth * n);
+  out.deletions.resize(msa.depth * n);
+  for (int64_t s = 0; s < msa.depth; ++s)
+    for (int64_t i = 0; i < n; ++i) {
+      out.tokens[s * n + i] = msa.tokens[s * msa.length + column[i]];
+      out.deletions[s * n + i] = msa.deletions[s * msa.length + column[i]];
+    }
+  return out;
+}
+
+MsaProfile msa_profile(const Msa& msa) {
+  MsaProfile p;
+  p.profile.assign(msa.length * kNumTokenTypes, 0.f);
+  p.deletion_mean.assign(msa.length, 0.f);
+  if (msa.depth == 0) return p;
+  const float w = 1.f / static_cast<float>(msa.depth);
+  for (int64_t s = 0; s < msa.depth; ++s)
+    for (int64_t i = 0; i < msa.length; ++i) {
+      p.profile[i * kNumTokenTypes + msa.tokens[s * msa.length + i]] += w;
+      p.deletion_mean[i] += w * static_cast<float>(msa.deletions[s * msa.length + i]);
+    }
+  return p;
+}
+
+}  // namespace megafold::data

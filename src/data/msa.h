@@ -1,0 +1,46 @@
+#pragma once
+// Multiple sequence alignments of protein chains: a3m parsing and the mapping of an MSA onto
+// the observed residues of a chain.
+//
+// a3m: '>' header lines, then each sequence on one or more lines. Upper-case letters and '-'
+// are aligned columns (the query's columns); lower-case letters are insertions relative to the
+// query and are not columns: their count becomes the deletion value of the next aligned column
+// (AF2/AF3 deletion_matrix). '.' (a2m insert gaps) is skipped. The first sequence is the query.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace megafold::data {
+
+struct Msa {
+  int64_t depth = 0;               // sequences, query first
+  int64_t length = 0;              // aligned columns
+  std::vector<int8_t> tokens;      // [depth, length] token types; gaps are kGapToken
+  std::vector<uint8_t> deletions;  // [depth, length] insertions before each column (capped at 255)
+};
+
+// Parses a3m text; `origin` names the source in errors ("file:line: problem"). Text without
+// any sequence gives an empty Msa (depth 0): a chain without alignment is single-sequence.
+Msa parse_a3m(std::string_view text, const std::string& origin);
+
+// Reads and parses an a3m file. Throws megafold::Error naming the file.
+Msa load_a3m(const std::string& path);
+
+// The MSA of one chain restricted to that chain's tokens (observed residues), column i of the
+// result being token i of the chain. `sequence` holds the chain's token types and
+// `residue_index` their label_seq_ids. The query must equal the chain's sequence either
+// column for column, or as the full sequence indexed by residue_index (1-based, gaps of
+// unobserved residues). Throws megafold::Error saying which residue disagrees otherwise.
+Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
+                  const std::string& origin);
+
+// Per-column profile [length, kNumTokenTypes] (fraction of sequences with each token type,
+// gaps included) and mean deletion value per column [length] (AF3 SI Table 5).
+struct MsaProfile {
+  std::vector<float> profile;
+  std::vector<float> deletion_mean;
+};
+MsaProfile msa_profile(const Msa& msa);
+
+}  // namespace megafold::data
