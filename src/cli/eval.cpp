@@ -10,6 +10,7 @@
 #include "core/files.h"
 #include "core/seed.h"
 #include "data/dataset.h"
+#include "data/crop.h"
 #include "data/features.h"
 #include "infer/predictor.h"
 

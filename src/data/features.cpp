@@ -5,22 +5,11 @@
 #include <ATen/ops/from_blob.h>
 
 #include <algorithm>
-#include <numeric>
-#include <random>
 
 #include "core/check.h"
 #include "data/reference_atoms.h"
 
 namespace megafold::data {
-namespace {
-
-// Uniform integer in [lo, hi] from our own generator (std distributions are not portable).
-int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
-  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
-}
-
-}  // namespace
-
 ReferenceFeatures reference_features(const at::Tensor& restype) {
   MF_CHECK(restype.dim() == 2, "reference_features: restype must be [B, N], got ", restype.sizes());
   // Lookup tables [kNumTokenTypes, kMaxAtomsPerToken, ...] on the CPU, built once.
@@ -84,48 +73,27 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
   return out;
 }
 
-std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {
-  const int n = e.n_tokens();
-  std::vector<int32_t> all(n);
-  std::iota(all.begin(), all.end(), 0);
-  if (crop_size <= 0 || n <= crop_size) return all;
-
-  // Token ranges per chain (tokens of a chain are contiguous, chains in file order).
-  std::vector<std::pair<int, int>> chains;  // [begin, end)
-  for (int i = 0; i < n; ++i) {
-    if (i == 0 || e.asym_id[i] != e.asym_id[i - 1]) chains.emplace_back(i, i);
-    chains.back().second = i + 1;
-  }
-  std::mt19937_64 rng(seed);
-  std::vector<int> order(chains.size());
-  std::iota(order.begin(), order.end(), 0);
-  for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
-
-  // AF-Multimer SI Alg. 1 (contiguous cropping).
-  std::vector<int32_t> keep;
-  int n_added = 0, n_remaining = n;
-  for (int k : order) {
-    const int n_k = chains[k].second - chains[k].first;
-    n_remaining -= n_k;
-    const int size_max = std::min(crop_size - n_added, n_k);
-    const int size_min = std::min(n_k, std::max(0, crop_size - (n_added + n_remaining)));
-    const int size = static_cast<int>(uniform_int(rng, size_min, size_max));
-    const int start = static_cast<int>(uniform_int(rng, 0, n_k - size));
-    for (int i = 0; i < size; ++i) keep.push_back(chains[k].first + start + i);
-    n_added += size;
-  }
-  std::sort(keep.begin(), keep.end());
-  return keep;
-}
-
 int64_t Batch::real_tokens() const { return token_mask.sum().item<double>(); }
 
-Batch Batch::to(const at::Device& device) const {
-  Batch b = *this;
+namespace {
+
+template <typename Fn>
+Batch map_tensors(const Batch& in, Fn&& fn) {
+  Batch b = in;
   for (at::Tensor* t : {&b.restype, &b.residue_index, &b.asym_id, &b.entity_id, &b.sym_id,
                         &b.token_mask, &b.atom_coords, &b.atom_mask, &b.rep_coords, &b.rep_mask})
-    *t = t->to(device, /*non_blocking=*/true);
+    *t = fn(*t);
   return b;
+}
+
+}  // namespace
+
+Batch Batch::to(const at::Device& device) const {
+  return map_tensors(*this, [&](const at::Tensor& t) { return t.to(device, /*non_blocking=*/true); });
+}
+
+Batch Batch::pinned() const {
+  return map_tensors(*this, [](const at::Tensor& t) { return t.pin_memory(); });
 }
 
 Batch make_batch(const std::vector<const Entry*>& entries,

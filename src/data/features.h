@@ -28,6 +28,7 @@ struct Batch {
   int64_t n_tokens() const { return restype.size(1); }
   int64_t real_tokens() const;  // sum of token_mask
   Batch to(const at::Device& device) const;
+  Batch pinned() const;  // the tensors in page-locked host memory (needs CUDA)
 };
 
 // AF3 SI Sec. 2.8 reference features of every atom slot, from each token's type alone
@@ -44,11 +45,6 @@ struct ReferenceFeatures {
 // restype [B, N] int64 (any device) -> features on the same device. Token types without
 // reference atoms (gap, nucleic acids for now) get zero rows.
 ReferenceFeatures reference_features(const at::Tensor& restype);
-
-// Token indices (sorted) of a contiguous crop of at most crop_size tokens
-// (AF-Multimer SI Alg. 1: chains in random order, each gets a random contiguous span within
-// the budget left). Returns all tokens when the entry fits. Deterministic in `seed`.
-std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed);
 
 // The entry restricted to `tokens` (sorted token indices, e.g. a crop), chains and numbering kept.
 Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens);

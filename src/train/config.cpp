@@ -112,7 +112,13 @@ void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
 }
 
 void apply_data(const json& j, DataConfig& d, const std::string& w) {
-  reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size", "overfit"}, w);
+  reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size", "overfit", "crop_contiguous", "crop_spatial",
+                     "crop_spatial_interface", "workers", "prefetch"}, w);
+  read(j, "workers", d.workers, w);
+  read(j, "prefetch", d.prefetch, w);
+  read(j, "crop_contiguous", d.crop_contiguous, w);
+  read(j, "crop_spatial", d.crop_spatial, w);
+  read(j, "crop_spatial_interface", d.crop_spatial_interface, w);
   read(j, "dir", d.dir, w);
   read(j, "crop_size", d.crop_size, w);
   read(j, "batch_size", d.batch_size, w);
@@ -178,6 +184,11 @@ void validate(const TrainConfig& c, const std::string& origin) {
   positive(c.model.single_attn_head_dim, "model.single_attn_head_dim");
   positive(c.model.transition_factor, "model.transition_factor");
   positive(c.data.crop_size, "data.crop_size");
+  positive(c.data.workers, "data.workers");
+  positive(c.data.prefetch, "data.prefetch");
+  if (!(c.data.crop_contiguous >= 0 && c.data.crop_spatial >= 0 && c.data.crop_spatial_interface >= 0) ||
+      !(c.data.crop_contiguous + c.data.crop_spatial + c.data.crop_spatial_interface > 0))
+    throw Error(origin + ": 'data.crop_contiguous', 'crop_spatial' and 'crop_spatial_interface' must be >= 0, not all 0");
   positive(c.data.batch_size, "data.batch_size");
   positive(c.steps, "steps");
   positive(c.log_every, "log_every");
@@ -287,7 +298,7 @@ std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now) {
   std::string diff;
   for (const char* section : {"model", "data"})
     for (auto it = a[section].begin(); it != a[section].end(); ++it)
-      if (it.key() != "dir" && b[section][it.key()] != it.value())
+      if (it.key() != "dir" && it.key() != "workers" && it.key() != "prefetch" && b[section][it.key()] != it.value())
         diff += std::string(diff.empty() ? "" : ", ") + section + "." + it.key() + " " +
                 it.value().dump() + " -> " + b[section][it.key()].dump();
   if (a["seed"] != b["seed"]) diff += std::string(diff.empty() ? "" : ", ") + "seed";
@@ -310,7 +321,9 @@ std::string to_json(const TrainConfig& c) {
                  {"confidence", confidence_json(m.confidence)}}},
       {"data", {{"dir", c.data.dir}, {"crop_size", c.data.crop_size},
                 {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size},
-                {"overfit", c.data.overfit}}},
+                {"overfit", c.data.overfit}, {"crop_contiguous", c.data.crop_contiguous},
+                {"crop_spatial", c.data.crop_spatial}, {"crop_spatial_interface", c.data.crop_spatial_interface},
+                {"workers", c.data.workers}, {"prefetch", c.data.prefetch}}},
       {"optim", {{"lr", c.optim.lr}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
                  {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay},
                  {"warmup_steps", c.optim.warmup_steps}, {"decay_every", c.optim.decay_every},

@@ -17,6 +17,12 @@ struct DataConfig {
   int64_t batch_size = 1;
   int64_t val_crop_size = 384;   // validation entries are cropped deterministically to this
   bool overfit = false;          // train on every entry and validate on the same entries
+  // Crop mix for training (AF3: contiguous 0.2, spatial 0.4, spatial interface 0.4; weights,
+  // not necessarily normalised). Validation always crops contiguously (fixed crops).
+  double crop_contiguous = 0.2, crop_spatial = 0.4, crop_spatial_interface = 0.4;
+  // Loader threads building batches ahead, and how many steps ahead (no effect on the batches).
+  int64_t workers = 2;
+  int64_t prefetch = 4;
 };
 
 struct OptimConfig {
@@ -61,7 +67,8 @@ std::string to_json(const TrainConfig& cfg);
 
 // The settings a resumed run must share with its checkpoint (model shape, data and crops, seed:
 // they fix the parameters and the sample stream), as "key old -> new" items; "" when equal.
-// Steps, schedule and logging may change on resume, and so may the data directory's path.
+// Steps, schedule and logging may change on resume, and so may the data directory's path and
+// the loader's threads.
 std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now);
 
 // Parses a JSON config text; `origin` names it in errors.

@@ -20,7 +20,9 @@
 #include "core/files.h"
 #include "core/seed.h"
 #include "data/dataset.h"
+#include "data/crop.h"
 #include "data/features.h"
+#include "data/loader.h"
 #include "model/autocast.h"
 #include "model/model.h"
 #include "model/scoring.h"
@@ -69,8 +71,8 @@ data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint
     const uint64_t g = static_cast<uint64_t>(step * cfg.data.batch_size + b);
     const data::Entry& e = ds.sample(seed, g);
     entries.push_back(&e);
-    crops.push_back(data::contiguous_crop(e, static_cast<int>(cfg.data.crop_size),
-                                          mix_seed(seed ^ kCropSalt, g)));
+    const data::CropWeights weights{cfg.data.crop_contiguous, cfg.data.crop_spatial, cfg.data.crop_spatial_interface};
+    crops.push_back(data::training_crop(e, static_cast<int>(cfg.data.crop_size), weights, mix_seed(seed ^ kCropSalt, g)));
   }
   return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size));
 }
@@ -239,11 +241,17 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   };
 
   reset_peak_memory(device);
+  // Batches are built ahead on loader threads; batch k depends on (seed, k) only.
+  data::BatchPrefetcher batches([&](int64_t k) { return training_batch(ds, cfg, cfg.seed, k); }, start, cfg.steps,
+                                static_cast<int>(cfg.data.workers), static_cast<int>(cfg.data.prefetch),
+                                device.is_cuda());
   int64_t step = start;
   std::optional<std::pair<double, double>> last_plddt;  // pLDDT loss and rollout lDDT
   while (step < cfg.steps && !g_stop_requested) {
     const auto t0 = std::chrono::steady_clock::now();
-    const data::Batch batch = training_batch(ds, cfg, cfg.seed, step).to(device);
+    const double waited = batches.wait_seconds();
+    const data::Batch batch = batches.next().to(device);
+    const double data_wait_ms = (batches.wait_seconds() - waited) * 1e3;
     const double lr = learning_rate(cfg.optim, step);
     for (auto& group : optimizer.param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -291,6 +299,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
           {"grad_norm", grad_norm},
           {"tokens_per_s", static_cast<double>(batch.real_tokens()) / (ms / 1e3)},
           {"step_ms", ms},
+          {"data_wait_ms", data_wait_ms},
           {"peak_memory_gb", peak_memory_gb(device)},
           {"skipped", finite ? 0.0 : 1.0}};
       if (loss.diffusion_mse.defined()) {

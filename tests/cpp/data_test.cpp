@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "data/dataset.h"
+#include "data/crop.h"
 #include "data/features.h"
 #include "data/reference_atoms.h"
 #include "data/structure.h"
@@ -286,6 +287,61 @@ TEST(Crop, ContiguousCropRespectsBudgetChainsAndSeed) {
   }
   EXPECT_NE(contiguous_crop(e, 64, 1), contiguous_crop(e, 64, 2));
   EXPECT_EQ(contiguous_crop(e, 500, 3).size(), 178u);
+}
+
+// Spatial crops hold exactly the nearest tokens (by C-alpha) to their centre; interface crops
+// centre on a token with another chain's C-alpha within 15 A; the mix follows its weights.
+TEST(Crop, SpatialCropsAreTheCentresNeighbourhood) {
+  const Entry e = load_entry(kData + "/1a28.pdb.gz");  // two chains
+  ASSERT_EQ(e.n_chains(), 2);
+  const std::vector<bool> interface = interface_tokens(e);
+  auto ca = [&](int i, int k) { return e.coords[(static_cast<size_t>(i) * kMaxAtomsPerToken + kAtomCA) * 3 + k]; };
+  auto dist = [&](int i, int j) {
+    double d = 0;
+    for (int k = 0; k < 3; ++k) d += (ca(i, k) - ca(j, k)) * (ca(i, k) - ca(j, k));
+    return std::sqrt(d);
+  };
+  for (const bool at_interface : {false, true})
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      const auto crop = spatial_crop(e, 96, seed, at_interface);
+      ASSERT_EQ(crop.size(), 96u);
+      EXPECT_TRUE(std::is_sorted(crop.begin(), crop.end()));
+      EXPECT_EQ(crop, spatial_crop(e, 96, seed, at_interface));
+      // Some kept token is the centre: the crop is exactly its 96 nearest tokens by C-alpha
+      // (tokens without a resolved C-alpha last, ties to the lower index).
+      auto nearest = [&](int c) {
+        std::vector<std::pair<double, int32_t>> d;
+        for (int i = 0; i < e.n_tokens(); ++i) {
+          const bool resolved = e.atom_mask[static_cast<size_t>(i) * kMaxAtomsPerToken + kAtomCA] != 0;
+          d.emplace_back(resolved ? dist(c, i) * dist(c, i) : INFINITY, i);
+        }
+        std::sort(d.begin(), d.end());
+        std::vector<int32_t> k;
+        for (int j = 0; j < 96; ++j) k.push_back(d[j].second);
+        std::sort(k.begin(), k.end());
+        return k;
+      };
+      int centres = 0;
+      for (int c : crop) centres += nearest(c) == crop;
+      EXPECT_GE(centres, 1) << "seed " << seed;
+      if (at_interface) {
+        bool any = false;
+        for (int c : crop) any = any || interface[c];
+        EXPECT_TRUE(any);
+      }
+    }
+  EXPECT_NE(spatial_crop(e, 96, 1, false), spatial_crop(e, 96, 2, false));
+  // A single chain has no interface: the interface crop falls back to a spatial crop.
+  const Entry ubi = load_entry(kData + "/1ubi.pdb.gz");
+  EXPECT_EQ(spatial_crop(ubi, 30, 4, true), spatial_crop(ubi, 30, 4, false));
+  // The mix: weight 1 on one kind gives exactly that kind.
+  EXPECT_EQ(training_crop(e, 64, {1, 0, 0}, 9), contiguous_crop(e, 64, 9));
+  EXPECT_EQ(training_crop(e, 64, {0, 1, 0}, 9), spatial_crop(e, 64, 9, false));
+  EXPECT_EQ(training_crop(e, 64, {0, 0, 1}, 9), spatial_crop(e, 64, 9, true));
+  int contiguous = 0;
+  for (uint64_t seed = 0; seed < 400; ++seed) contiguous += training_crop(e, 64, {}, seed) == contiguous_crop(e, 64, seed);
+  EXPECT_GT(contiguous, 50);   // ~0.2 * 400 = 80 expected
+  EXPECT_LT(contiguous, 115);
 }
 
 TEST(Features, BatchPadsAndMasks) {

@@ -1,0 +1,124 @@
+#include "data/crop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "core/check.h"
+#include "core/seed.h"
+
+namespace megafold::data {
+namespace {
+
+// Uniform integer in [lo, hi] from our own generator (std distributions are not portable).
+int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+}
+
+// Uniform double in [0, 1) from the generator's top 53 bits.
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+bool has_ca(const Entry& e, int i) { return e.atom_mask[static_cast<size_t>(i) * kMaxAtomsPerToken + kAtomCA] != 0; }
+
+double ca_distance2(const Entry& e, int i, int j) {
+  double d2 = 0;
+  for (int k = 0; k < 3; ++k) {
+    const double d = e.coords[(static_cast<size_t>(i) * kMaxAtomsPerToken + kAtomCA) * 3 + k] -
+                     e.coords[(static_cast<size_t>(j) * kMaxAtomsPerToken + kAtomCA) * 3 + k];
+    d2 += d * d;
+  }
+  return d2;
+}
+
+std::vector<int32_t> all_tokens(const Entry& e) {
+  std::vector<int32_t> all(e.n_tokens());
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
+}  // namespace
+
+std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {
+  const int n = e.n_tokens();
+  std::vector<int32_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  if (crop_size <= 0 || n <= crop_size) return all;
+
+  // Token ranges per chain (tokens of a chain are contiguous, chains in file order).
+  std::vector<std::pair<int, int>> chains;  // [begin, end)
+  for (int i = 0; i < n; ++i) {
+    if (i == 0 || e.asym_id[i] != e.asym_id[i - 1]) chains.emplace_back(i, i);
+    chains.back().second = i + 1;
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<int> order(chains.size());
+  std::iota(order.begin(), order.end(), 0);
+  for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
+
+  // AF-Multimer SI Alg. 1 (contiguous cropping).
+  std::vector<int32_t> keep;
+  int n_added = 0, n_remaining = n;
+  for (int k : order) {
+    const int n_k = chains[k].second - chains[k].first;
+    n_remaining -= n_k;
+    const int size_max = std::min(crop_size - n_added, n_k);
+    const int size_min = std::min(n_k, std::max(0, crop_size - (n_added + n_remaining)));
+    const int size = static_cast<int>(uniform_int(rng, size_min, size_max));
+    const int start = static_cast<int>(uniform_int(rng, 0, n_k - size));
+    for (int i = 0; i < size; ++i) keep.push_back(chains[k].first + start + i);
+    n_added += size;
+  }
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
+std::vector<bool> interface_tokens(const Entry& e, double radius) {
+  const int n = e.n_tokens();
+  std::vector<bool> out(n, false);
+  const double r2 = radius * radius;
+  for (int i = 0; i < n; ++i) {
+    if (!has_ca(e, i)) continue;
+    for (int j = 0; j < n && !out[i]; ++j)
+      if (e.asym_id[j] != e.asym_id[i] && has_ca(e, j) && ca_distance2(e, i, j) < r2) out[i] = true;
+  }
+  return out;
+}
+
+std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, bool interface) {
+  const int n = e.n_tokens();
+  if (crop_size <= 0 || n <= crop_size) return all_tokens(e);
+  std::vector<int32_t> centres;
+  if (interface) {
+    const std::vector<bool> at = interface_tokens(e);
+    for (int i = 0; i < n; ++i)
+      if (at[i]) centres.push_back(i);
+  }
+  if (centres.empty())
+    for (int i = 0; i < n; ++i)
+      if (has_ca(e, i)) centres.push_back(i);
+  if (centres.empty()) return contiguous_crop(e, crop_size, seed);  // nothing resolved to measure from
+  std::mt19937_64 rng(seed);
+  const int c = centres[uniform_int(rng, 0, static_cast<int64_t>(centres.size()) - 1)];
+  std::vector<std::pair<double, int32_t>> by_distance;
+  for (int i = 0; i < n; ++i)
+    by_distance.emplace_back(has_ca(e, i) ? ca_distance2(e, c, i) : INFINITY, i);
+  std::partial_sort(by_distance.begin(), by_distance.begin() + crop_size, by_distance.end());
+  std::vector<int32_t> keep;
+  for (int k = 0; k < crop_size; ++k) keep.push_back(by_distance[k].second);
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
+std::vector<int32_t> training_crop(const Entry& e, int crop_size, const CropWeights& w, uint64_t seed) {
+  MF_CHECK(w.contiguous >= 0 && w.spatial >= 0 && w.spatial_interface >= 0 &&
+               w.contiguous + w.spatial + w.spatial_interface > 0,
+           "crop weights must be >= 0 and not all 0");
+  if (crop_size <= 0 || e.n_tokens() <= crop_size) return all_tokens(e);
+  std::mt19937_64 rng(mix_seed(seed, 0x6d6f6465));  // "mode"
+  const double u = uniform01(rng) * (w.contiguous + w.spatial + w.spatial_interface);
+  if (u < w.contiguous) return contiguous_crop(e, crop_size, seed);
+  return spatial_crop(e, crop_size, seed, u >= w.contiguous + w.spatial);
+}
+
+}  // namespace megafold::data

@@ -1,0 +1,79 @@
+// The prefetching loader: batches are the same for 1, 2 and 8 worker threads and after a resume
+// (they are a pure function of the step), and a failing batch is reported with its step.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "core/seed.h"
+#include "data/crop.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+
+namespace megafold::data {
+namespace {
+
+const Dataset& dataset() {
+  static const Dataset ds = load_dataset(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb", true);
+  return ds;
+}
+
+// As the trainer builds a step's batch: entries of the sample stream, mixed crops, one seed.
+Batch batch_of_step(int64_t k) {
+  std::vector<const Entry*> entries;
+  std::vector<std::vector<int32_t>> crops;
+  for (int64_t b = 0; b < 2; ++b) {
+    const uint64_t g = static_cast<uint64_t>(2 * k + b);
+    const Entry& e = dataset().sample(7, g);
+    entries.push_back(&e);
+    crops.push_back(training_crop(e, 48, {}, mix_seed(7, g)));
+  }
+  return make_batch(entries, crops, 48);
+}
+
+std::vector<Batch> run(int workers, int64_t first, int64_t end, int depth) {
+  BatchPrefetcher p(batch_of_step, first, end, workers, depth, false);
+  std::vector<Batch> out;
+  for (int64_t k = first; k < end; ++k) out.push_back(p.next());
+  return out;
+}
+
+void expect_same(const Batch& a, const Batch& b, int64_t step) {
+  EXPECT_EQ(a.names, b.names) << step;
+  EXPECT_TRUE(at::equal(a.restype, b.restype)) << step;
+  EXPECT_TRUE(at::equal(a.residue_index, b.residue_index)) << step;
+  EXPECT_TRUE(at::equal(a.atom_coords, b.atom_coords)) << step;
+  EXPECT_TRUE(at::equal(a.token_mask, b.token_mask)) << step;
+}
+
+TEST(Loader, SameBatchesForAnyWorkerCountAndAfterResume) {
+  const auto one = run(1, 0, 24, 1);
+  for (const int workers : {2, 8}) {
+    const auto many = run(workers, 0, 24, 6);
+    for (int64_t k = 0; k < 24; ++k) expect_same(many[k], one[k], k);
+  }
+  const auto resumed = run(8, 11, 24, 4);  // a run resumed at step 11
+  for (int64_t k = 11; k < 24; ++k) expect_same(resumed[k - 11], one[k], k);
+  // Consecutive steps differ (the stream moves on).
+  EXPECT_FALSE(at::equal(one[0].restype, one[1].restype));
+}
+
+TEST(Loader, AFailingBatchIsReportedWithItsStep) {
+  BatchPrefetcher p(
+      [](int64_t k) {
+        if (k == 3) throw Error("entry x: broken");
+        return batch_of_step(k);
+      },
+      0, 6, 3, 2, false);
+  for (int k = 0; k < 3; ++k) p.next();
+  try {
+    p.next();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch of step 3: entry x: broken"), std::string::npos) << e.what();
+  }
+  p.next();  // later steps still arrive
+  EXPECT_GE(p.wait_seconds(), 0.0);
+}
+
+}  // namespace
+}  // namespace megafold::data
