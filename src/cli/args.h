@@ -35,5 +35,6 @@ int train_main(const std::vector<std::string>& args);
 int predict_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
 int cache_main(const std::vector<std::string>& args);
+int loader_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

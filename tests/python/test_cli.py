@@ -9,7 +9,7 @@ def run(megafold_bin, *args):
 def test_help_everywhere(megafold_bin):
     top = run(megafold_bin, "--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("info", "train", "predict", "eval"))
-    for cmd in ("info", "train", "predict", "eval"):
+    for cmd in ("info", "train", "predict", "eval", "cache", "loader"):
         r = run(megafold_bin, cmd, "--help")
         assert r.returncode == 0, cmd
         assert r.stdout.startswith(f"usage: megafold {cmd}"), r.stdout
@@ -34,3 +34,18 @@ def test_errors_are_actionable(megafold_bin, tmp_path):
     assert r.returncode == 1 and "expects an integer" in r.stderr
     r = run(megafold_bin, "frobnicate")
     assert r.returncode == 2 and "unknown command" in r.stderr
+
+
+def test_cache_and_loader_throughput(megafold_bin, source_dir, tmp_path):
+    cache = tmp_path / "cache"
+    r = run(megafold_bin, "cache", "--input", str(source_dir / "data/pdb"), "--out", str(cache), "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    assert "72 entries (72 built, 0 already cached), 0 skipped" in r.stdout
+    again = run(megafold_bin, "cache", "--input", str(source_dir / "data/pdb"), "--out", str(cache))
+    assert "(0 built, 72 already cached)" in again.stdout
+    import json
+    for data in (source_dir / "data/pdb", cache):
+        r = run(megafold_bin, "loader", "--data", str(data), "--crop", "64", "--samples", "20", "--workers", "2")
+        assert r.returncode == 0, r.stderr
+        row = json.loads(r.stdout)
+        assert row["mode"] == ("cache" if data == cache else "raw") and row["samples_per_s"] > 0
