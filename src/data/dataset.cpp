@@ -1,6 +1,9 @@
 #include "data/dataset.h"
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
@@ -20,6 +23,12 @@ bool is_validation_entry(const std::string& name) {
 
 const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
   MF_CHECK(!train.empty(), "dataset has no training entries");
+  if (!cumulative_weights.empty()) {
+    // Inverse-CDF draw from the top 53 bits of a seeded hash: no generator state to carry.
+    const double u = static_cast<double>(mix_seed(seed ^ 0x77656967, g) >> 11) * 0x1.0p-53 * cumulative_weights.back();
+    const size_t i = std::upper_bound(cumulative_weights.begin(), cumulative_weights.end(), u) - cumulative_weights.begin();
+    return train[std::min(i, train.size() - 1)];
+  }
   const uint64_t n = train.size();
   const uint64_t epoch = g / n;
   std::vector<uint32_t> perm(n);
@@ -74,6 +83,43 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
            " structure files or cache entries found, ", ds.skipped.size(), " skipped)");
   if (overfit) ds.validation = ds.train;
   return ds;
+}
+
+void warn_replaced_sample(const Entry& e, uint64_t g, const std::exception& why) {
+  std::cerr << "warning: sample " << g << " (entry " << e.name << ") failed, replaced by another draw: " << why.what()
+            << "\n";
+}
+
+void load_weights(Dataset& ds, const std::string& path) {
+  std::ifstream in(path);
+  MF_CHECK(in.good(), path, ": cannot read sampling weights");
+  std::map<std::string, double> by_name;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    const auto tab = line.find('\t');
+    double w = -1;
+    try {
+      size_t used = 0;
+      if (tab != std::string::npos) w = std::stod(line.substr(tab + 1), &used);
+      if (tab == std::string::npos || used != line.size() - tab - 1) w = -1;
+    } catch (const std::exception&) {
+      w = -1;
+    }
+    MF_CHECK(w >= 0 && std::isfinite(w), path, ":", line_no, ": expected 'entry<TAB>weight' with a weight >= 0, got '",
+             line, "'");
+    by_name[line.substr(0, tab)] = w;
+  }
+  ds.cumulative_weights.clear();
+  double total = 0;
+  for (const Entry& e : ds.train) {
+    auto it = by_name.find(e.name);
+    MF_CHECK(it != by_name.end(), path, ": no weight for training entry '", e.name, "'");
+    total += it->second;
+    ds.cumulative_weights.push_back(total);
+  }
+  MF_CHECK(total > 0, path, ": every training entry has weight 0");
 }
 
 }  // namespace megafold::data

@@ -10,7 +10,9 @@
 // perm(seed, epoch)[position]. Every random choice downstream (crop) is seeded from
 // (seed, g) as well, so the stream is a pure function of (seed, g): resume needs only g.
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/seed.h"
@@ -24,10 +26,27 @@ struct Dataset {
   std::vector<Entry> train;
   std::vector<Entry> validation;
   std::vector<std::string> skipped;  // "path: reason", one per unreadable file
+  // Running sums of the training entries' sampling weights (load_weights). Empty: every entry
+  // once per epoch, in a seeded permutation. Otherwise each sample is an independent weighted
+  // draw (AF3 samples with weights from cluster sizes), a pure function of (seed, g).
+  std::vector<double> cumulative_weights;
 
   // Entry of global sample index g (train split).
   const Entry& sample(uint64_t seed, uint64_t g) const;
 };
+
+// Sample g of the stream with what `prepare` makes of its entry (e.g. a crop). If prepare
+// throws, the sample is replaced by sample mix_seed(g, k) for k = 1, 2, ... (at most
+// `attempts` tries, a warning on stderr names each failure), so a bad entry is replaced by the
+// same other entry on every run, thread count and rank. Throws after `attempts` failures.
+template <typename Fn>
+auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepare, int attempts = 8)
+    -> std::pair<const Entry*, decltype(prepare(ds.sample(seed, g), g))>;
+
+// Reads per-entry sampling weights from a TSV file ("entry<TAB>weight" per line, '#' comments;
+// e.g. 1 / cluster size). Every training entry needs a weight >= 0 and at least
+// one must be > 0; errors name the file, line or entry. Sets ds.cumulative_weights.
+void load_weights(Dataset& ds, const std::string& path);
 
 // Structure files under `dir` (recursively, sorted by path); throws naming a missing or
 // unreadable directory.
@@ -40,5 +59,23 @@ std::vector<std::string> list_structure_files(const std::string& dir);
 // overfit: every entry trains, and `validation` holds the same entries (a memorisation check
 // on a small set, whatever the split rule says).
 Dataset load_dataset(const std::string& dir, bool quiet = false, bool overfit = false);
+
+void warn_replaced_sample(const Entry& e, uint64_t g, const std::exception& why);
+
+template <typename Fn>
+auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepare, int attempts)
+    -> std::pair<const Entry*, decltype(prepare(ds.sample(seed, g), g))> {
+  uint64_t draw = g;
+  for (int k = 1;; ++k) {
+    const Entry& e = ds.sample(seed, draw);
+    try {
+      return {&e, prepare(e, draw)};
+    } catch (const std::exception& ex) {
+      if (k >= attempts) throw;
+      warn_replaced_sample(e, g, ex);
+      draw = mix_seed(g, static_cast<uint64_t>(k));
+    }
+  }
+}
 
 }  // namespace megafold::data

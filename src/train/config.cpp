@@ -113,7 +113,8 @@ void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
 
 void apply_data(const json& j, DataConfig& d, const std::string& w) {
   reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size", "overfit", "crop_contiguous", "crop_spatial",
-                     "crop_spatial_interface", "workers", "prefetch"}, w);
+                     "crop_spatial_interface", "workers", "prefetch", "weights"}, w);
+  read(j, "weights", d.weights, w);
   read(j, "workers", d.workers, w);
   read(j, "prefetch", d.prefetch, w);
   read(j, "crop_contiguous", d.crop_contiguous, w);
@@ -323,7 +324,7 @@ std::string to_json(const TrainConfig& c) {
                 {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size},
                 {"overfit", c.data.overfit}, {"crop_contiguous", c.data.crop_contiguous},
                 {"crop_spatial", c.data.crop_spatial}, {"crop_spatial_interface", c.data.crop_spatial_interface},
-                {"workers", c.data.workers}, {"prefetch", c.data.prefetch}}},
+                {"weights", c.data.weights}, {"workers", c.data.workers}, {"prefetch", c.data.prefetch}}},
       {"optim", {{"lr", c.optim.lr}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
                  {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay},
                  {"warmup_steps", c.optim.warmup_steps}, {"decay_every", c.optim.decay_every},

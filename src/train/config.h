@@ -20,6 +20,9 @@ struct DataConfig {
   // Crop mix for training (AF3: contiguous 0.2, spatial 0.4, spatial interface 0.4; weights,
   // not necessarily normalised). Validation always crops contiguously (fixed crops).
   double crop_contiguous = 0.2, crop_spatial = 0.4, crop_spatial_interface = 0.4;
+  // Optional per-entry sampling weights, a TSV of "entry<TAB>weight" (e.g. 1 / cluster size);
+  // "" samples every entry once per epoch.
+  std::string weights;
   // Loader threads building batches ahead, and how many steps ahead (no effect on the batches).
   int64_t workers = 2;
   int64_t prefetch = 4;

@@ -69,10 +69,12 @@ data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint
   std::vector<std::vector<int32_t>> crops;
   for (int64_t b = 0; b < cfg.data.batch_size; ++b) {
     const uint64_t g = static_cast<uint64_t>(step * cfg.data.batch_size + b);
-    const data::Entry& e = ds.sample(seed, g);
-    entries.push_back(&e);
     const data::CropWeights weights{cfg.data.crop_contiguous, cfg.data.crop_spatial, cfg.data.crop_spatial_interface};
-    crops.push_back(data::training_crop(e, static_cast<int>(cfg.data.crop_size), weights, mix_seed(seed ^ kCropSalt, g)));
+    auto [entry, crop] = data::sample_or_replace(ds, seed, g, [&](const data::Entry& e, uint64_t draw) {
+      return data::training_crop(e, static_cast<int>(cfg.data.crop_size), weights, mix_seed(seed ^ kCropSalt, draw));
+    });
+    entries.push_back(entry);
+    crops.push_back(std::move(crop));
   }
   return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size));
 }
@@ -160,7 +162,8 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     if (!opts.quiet) std::cout << s << std::endl;
   };
 
-  const data::Dataset ds = data::load_dataset(cfg.data.dir, opts.quiet, cfg.data.overfit);
+  data::Dataset ds = data::load_dataset(cfg.data.dir, opts.quiet, cfg.data.overfit);
+  if (!cfg.data.weights.empty()) data::load_weights(ds, cfg.data.weights);
   {
     std::ostringstream os;
     os << "data: " << ds.train.size() << " train, " << ds.validation.size() << " validation entries from "

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 
@@ -272,6 +273,36 @@ Entry synthetic_entry(const std::vector<int>& chain_lengths) {
     e.chain_ids.push_back(std::string(1, static_cast<char>('A' + c)));
   }
   return e;
+}
+
+// Weighted sampling: draws follow the weights (zero never drawn), are a pure function of
+// (seed, g), and bad weight files name the file and line or the entry.
+TEST(Dataset, WeightedSamplingFollowsTheWeights) {
+  TempDir dir;
+  Dataset ds = load_dataset(kData, true);
+  std::string tsv = "# entry\tweight\n";
+  for (size_t i = 0; i < ds.train.size(); ++i)
+    tsv += ds.train[i].name + "\t" + (i == 0 ? "0" : i == 1 ? "30" : "1") + "\n";
+  load_weights(ds, dir.write("w.tsv", tsv));
+  const double total = 30.0 + static_cast<double>(ds.train.size() - 2);
+  std::map<std::string, int> count;
+  const int draws = 20000;
+  for (int g = 0; g < draws; ++g) ++count[ds.sample(5, g).name];
+  EXPECT_EQ(count[ds.train[0].name], 0);
+  const double expected = draws * 30.0 / total;
+  EXPECT_NEAR(count[ds.train[1].name], expected, 5 * std::sqrt(expected));
+  EXPECT_EQ(&ds.sample(5, 123), &ds.sample(5, 123));
+  auto error = [&](const std::string& text) {
+    try {
+      Dataset d = load_dataset(kData, true);
+      load_weights(d, dir.write("bad.tsv", text));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("1a28\tmany\n").find("bad.tsv:1: expected 'entry<TAB>weight'"), std::string::npos);
+  EXPECT_NE(error("1a28\t1\n").find("no weight for training entry"), std::string::npos);
 }
 
 TEST(Crop, ContiguousCropRespectsBudgetChainsAndSeed) {

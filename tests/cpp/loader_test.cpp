@@ -75,5 +75,20 @@ TEST(Loader, AFailingBatchIsReportedWithItsStep) {
   EXPECT_GE(p.wait_seconds(), 0.0);
 }
 
+// A sample whose preparation fails is replaced by the same other draw on every run.
+TEST(Loader, FailingSamplesAreReplacedDeterministically) {
+  const std::string bad = dataset().sample(3, 10).name;
+  auto prepare = [&](const Entry& e, uint64_t) {
+    if (e.name == bad) throw Error("entry " + e.name + ": cannot crop");
+    return e.n_tokens();
+  };
+  const auto first = sample_or_replace(dataset(), 3, 10, prepare);
+  EXPECT_NE(first.first->name, bad);
+  EXPECT_EQ(first.second, first.first->n_tokens());
+  EXPECT_EQ(sample_or_replace(dataset(), 3, 10, prepare).first, first.first);
+  EXPECT_EQ(sample_or_replace(dataset(), 3, 11, prepare).first, &dataset().sample(3, 11));  // others untouched
+  EXPECT_THROW(sample_or_replace(dataset(), 3, 10, [](const Entry&, uint64_t) -> int { throw Error("always"); }), Error);
+}
+
 }  // namespace
 }  // namespace megafold::data
