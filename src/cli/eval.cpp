@@ -84,11 +84,8 @@ int eval_main(const std::vector<std::string>& argv) {
     nlohmann::json row = {{"entry", e.name}, {"path", path}, {"tokens", e.n_tokens()}, {"validation", validation},
                           {"lddt_ca", mean(r.lddt_ca)}, {"lddt_ca_best", *std::max_element(r.lddt_ca.begin(), r.lddt_ca.end())},
                           {"lddt_all_atom", mean(r.lddt_all)}, {"seconds", seconds}};
-    double plddt = 0;
+    const double plddt = mean(r.plddt_mean);
     if (r.plddt.defined()) {
-      const std::vector<uint8_t> m = infer::predicted_atom_mask(e);
-      const at::Tensor mask = at::tensor(std::vector<float>(m.begin(), m.end()));
-      plddt = ((r.plddt * mask).sum() / (mask.sum() * samples)).item<double>();
       row["plddt"] = plddt;
       all_plddt.push_back(plddt);
     }

@@ -2,10 +2,7 @@
 // raw structure files (parse every time) or from a feature cache (memory-map every time).
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/args.h"
 #include "core/check.h"
@@ -16,24 +13,6 @@
 #include "data/loader.h"
 
 namespace megafold::cli {
-namespace {
-
-// The entry files a cache's index names, in index order.
-std::vector<std::string> cache_files(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "index.tsv");
-  std::vector<std::string> files;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
-    std::stringstream ss(line);
-    std::string name, file;
-    std::getline(ss, name, '\t');
-    std::getline(ss, file, '\t');
-    files.push_back((std::filesystem::path(dir) / "entries" / file).string());
-  }
-  return files;
-}
-
-}  // namespace
 
 int loader_main(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
@@ -56,7 +35,11 @@ int loader_main(const std::vector<std::string>& argv) {
   MF_CHECK(args.has("data"), "--data is required (see --help)");
   const std::string dir = *args.get("data");
   const bool cached = data::is_cache_dir(dir);
-  const std::vector<std::string> files = cached ? cache_files(dir) : data::list_structure_files(dir);
+  std::vector<std::string> files;
+  if (cached)
+    for (const data::CacheIndexRow& row : data::read_cache_index(dir)) files.push_back(row.path);
+  else
+    files = data::list_structure_files(dir);
   MF_CHECK(!files.empty(), "no entries under ", dir);
   const int crop = static_cast<int>(args.get_int("crop", 384));
   const int64_t samples = args.get_int("samples", 200);

@@ -71,11 +71,7 @@ int predict_main(const std::vector<std::string>& argv) {
     if (r.plddt.defined()) {
       const at::Tensor pl = r.plddt[k].contiguous();
       b_factors.assign(pl.data_ptr<float>(), pl.data_ptr<float>() + A);
-      double sum = 0;
-      int64_t n = 0;
-      for (int64_t a = 0; a < A; ++a)
-        if (predicted.atom_mask[a]) sum += b_factors[a], ++n;
-      row["plddt_mean"] = n > 0 ? sum / static_cast<double>(n) : 0.0;
+      row["plddt_mean"] = r.plddt_mean[k];
     }
     if (!r.lddt_ca.empty()) {
       row["lddt_ca"] = r.lddt_ca[k];

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -262,22 +263,20 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
   o.source = path;
   o.file = entry_file_name(name);
   const std::string target = (fs::path(opts.out) / "entries" / o.file).string();
-  auto record = [&](const Entry& e, const std::string& bytes_or_empty, uint64_t size) {
+  auto record = [&](const Entry& e, const std::string& bytes) {
     o.tokens = e.n_tokens();
     o.chains = e.n_chains();
     o.msa_rows = msa_rows(e);
-    o.bytes = size;
-    if (!bytes_or_empty.empty())
-      o.crc = crc_of(reinterpret_cast<const unsigned char*>(bytes_or_empty.data()), bytes_or_empty.size());
+    o.bytes = bytes.size();
+    o.crc = crc_of(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   };
   if (fs::exists(target)) {
+    // Read once: the same bytes are checked (decoded) and summed for the index.
+    std::ifstream in(target, std::ios::binary);
+    const std::string bytes{std::istreambuf_iterator<char>(in), {}};
     try {
-      const Entry e = read_entry_file(target);
-      std::ifstream in(target, std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
+      record(decode_entry(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), target), bytes);
       o.reused = true;
-      record(e, ss.str(), fs::file_size(target));
       return o;
     } catch (const std::exception&) {
       // invalid or from another version: rebuilt below
@@ -289,7 +288,7 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
     attach_msas(e, opts.msa, o.warnings);
     const std::string bytes = encode_entry(e);
     write_file_atomically(target, bytes);
-    record(e, bytes, bytes.size());
+    record(e, bytes);
   } catch (const std::exception& ex) {
     o.error = ex.what();
   }
@@ -310,7 +309,10 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
   for (size_t i = 0; i < paths.size(); ++i) {
     names[i] = entry_name(paths[i]);
     auto [it, inserted] = first.emplace(names[i], i);
-    if (!inserted) outcomes[i] = {names[i], "", paths[i], "duplicate entry name '" + names[i] + "' (also " + paths[it->second] + ")"};
+    if (inserted) continue;
+    outcomes[i].name = names[i];
+    outcomes[i].source = paths[i];
+    outcomes[i].error = "duplicate entry name '" + names[i] + "' (also " + paths[it->second] + ")";
   }
   const int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
@@ -361,30 +363,35 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
   return s;
 }
 
-CacheEntries read_cache(const std::string& dir) {
+std::vector<CacheIndexRow> read_cache_index(const std::string& dir) {
   const std::string index_path = (fs::path(dir) / "index.tsv").string();
   std::ifstream in(index_path);
   MF_CHECK(in.good(), index_path, ": cannot read the cache index");
-  CacheEntries out;
+  std::vector<CacheIndexRow> rows;
   std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
     MF_CHECK(f.size() == 8, index_path, ":", line_no, ": expected 8 tab-separated fields, got ", f.size());
-    const std::string file = (fs::path(dir) / "entries" / f[1]).string();
+    rows.push_back({f[0], (fs::path(dir) / "entries" / f[1]).string(), f[2]});
+  }
+  return rows;
+}
+
+CacheEntries read_cache(const std::string& dir) {
+  CacheEntries out;
+  for (const CacheIndexRow& row : read_cache_index(dir)) {
     try {
-      Entry e = read_entry_file(file);
-      if (e.name != f[0]) throw Error(file + ": holds entry '" + e.name + "', the index says '" + f[0] + "'");
-      const auto size = fs::file_size(file);
-      if (std::to_string(size) != f[2])
-        throw Error(file + ": " + std::to_string(size) + " bytes, the index says " + f[2] + " (changed since indexed)");
+      Entry e = read_entry_file(row.path);
+      if (e.name != row.name) throw Error(row.path + ": holds entry '" + e.name + "', the index says '" + row.name + "'");
+      const auto size = std::to_string(fs::file_size(row.path));
+      if (size != row.bytes)
+        throw Error(row.path + ": " + size + " bytes, the index says " + row.bytes + " (changed since indexed)");
       out.entries.push_back(std::move(e));
     } catch (const std::exception& ex) {
-      out.skipped.push_back("cache entry " + f[0] + ": " + ex.what());
+      out.skipped.push_back("cache entry " + row.name + ": " + ex.what());
     }
   }
   return out;

@@ -55,6 +55,15 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
 // True if `dir` holds a cache (an index.tsv).
 bool is_cache_dir(const std::string& dir);
 
+struct CacheIndexRow {
+  std::string name;
+  std::string path;   // the entry file
+  std::string bytes;  // its size as the index records it
+};
+
+// The entries a cache's index lists, in index order. Throws naming a malformed line.
+std::vector<CacheIndexRow> read_cache_index(const std::string& dir);
+
 struct CacheEntries {
   std::vector<Entry> entries;
   std::vector<std::string> skipped;  // "name (file): reason" for entries that failed their check

@@ -47,7 +47,13 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
   }
   PredictedEntry r;
   r.coords = p.coords.to(at::kCPU, at::kFloat);
-  if (p.plddt.defined()) r.plddt = p.plddt.to(at::kCPU, at::kFloat);
+  if (p.plddt.defined()) {
+    r.plddt = p.plddt.to(at::kCPU, at::kFloat);
+    const std::vector<uint8_t> m = predicted_atom_mask(e);
+    const at::Tensor mask = at::tensor(std::vector<float>(m.begin(), m.end()));
+    const at::Tensor mean = (r.plddt * mask).sum(1) / mask.sum().clamp_min(1);
+    for (int64_t k = 0; k < samples; ++k) r.plddt_mean.push_back(mean[k].item<double>());
+  }
   if (std::any_of(e.atom_mask.begin(), e.atom_mask.end(), [](uint8_t m) { return m != 0; })) {
     const model::StructureScores sc = model::score_structures(p.coords, batch);
     for (int64_t k = 0; k < samples; ++k) {

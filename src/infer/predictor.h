@@ -24,6 +24,8 @@ struct PredictedEntry {
   at::Tensor coords;            // [samples, n_token * kMaxAtomsPerToken, 3] float, CPU, Angstrom
   at::Tensor plddt;             // [samples, n_token * kMaxAtomsPerToken] in [0, 100]; undefined
                                 // without a confidence head
+  std::vector<double> plddt_mean;  // per sample, over the atoms predicted_atom_mask marks; empty
+                                   // without a confidence head
   std::vector<double> lddt_ca;  // per sample, against the entry's coordinates; empty when the
   std::vector<double> lddt_all; // entry has none (FASTA input)
 };

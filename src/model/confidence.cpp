@@ -6,6 +6,7 @@
 #include "data/residue_constants.h"
 #include "model/heads.h"
 #include "model/layers.h"
+#include "model/scoring.h"
 #include "model/structure_losses.h"
 
 namespace megafold::model {
@@ -18,12 +19,6 @@ ModelConfig head_pairformer(const ModelConfig& cfg) {
   c.n_blocks = cfg.confidence.n_blocks;
   c.checkpoint_blocks = false;  // four blocks on detached inputs: activations are small
   return c;
-}
-
-// Token index of every atom slot: [B, N * kMaxAtomsPerToken] int64.
-at::Tensor atom_residue(int64_t B, int64_t N, const at::Device& device) {
-  const auto i64 = at::TensorOptions().dtype(at::kLong).device(device);
-  return at::floor_divide(at::arange(N * kMaxAtomsPerToken, i64), kMaxAtomsPerToken).expand({B, -1});
 }
 
 }  // namespace
@@ -81,7 +76,7 @@ PlddtLoss plddt_loss(const at::Tensor& logits, const at::Tensor& x_pred, const d
   const at::Tensor atom_mask = batch.atom_mask * batch.token_mask.unsqueeze(-1);  // [B, N, 14]
   auto ca = [&](const at::Tensor& x) { return x.view({B, N, kMaxAtomsPerToken, 3}).select(2, data::kAtomCA); };
   const auto i64 = at::TensorOptions().dtype(at::kLong).device(pred.device());
-  const Lddt per = per_atom_lddt(pred, gt, atom_mask.reshape({B, A}), atom_residue(B, N, pred.device()), ca(pred),
+  const Lddt per = per_atom_lddt(pred, gt, atom_mask.reshape({B, A}), atom_token_index(B, N, pred.device()), ca(pred),
                                  ca(gt), atom_mask.select(2, data::kAtomCA), at::arange(N, i64).expand({B, N}));
   const at::Tensor valid = atom_mask.reshape({B, A}) * (per.pairs > 0).to(at::kFloat);
   const at::Tensor target = at::clamp(at::floor(per.score.to(at::kFloat) * bins), 0, bins - 1).to(at::kLong);

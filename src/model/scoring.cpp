@@ -8,6 +8,11 @@
 
 namespace megafold::model {
 
+at::Tensor atom_token_index(int64_t R, int64_t N, const at::Device& device) {
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(device);
+  return at::floor_divide(at::arange(N * data::kMaxAtomsPerToken, i64), data::kMaxAtomsPerToken).expand({R, -1});
+}
+
 StructureScores score_structures(const at::Tensor& pred, const data::Batch& batch) {
   using data::kMaxAtomsPerToken;
   const int64_t B = batch.size(), N = batch.n_tokens(), A = N * kMaxAtomsPerToken;
@@ -20,7 +25,7 @@ StructureScores score_structures(const at::Tensor& pred, const data::Batch& batc
   const at::Tensor mask = rows((batch.atom_mask * batch.token_mask.unsqueeze(-1)).reshape({B, A}).to(p.device()));
   const auto i64 = at::TensorOptions().dtype(at::kLong).device(p.device());
   const int64_t R = p.size(0);
-  const at::Tensor residue = at::floor_divide(at::arange(A, i64), kMaxAtomsPerToken).expand({R, A});
+  const at::Tensor residue = atom_token_index(R, N, p.device());
   auto ca = [&](const at::Tensor& x) { return x.view({R, N, kMaxAtomsPerToken, -1}).select(2, data::kAtomCA); };
   const at::Tensor ca_mask = ca(mask.unsqueeze(-1)).squeeze(-1);
   return {lddt(ca(p), ca(gt), ca_mask, at::arange(N, i64).expand({R, N})).score,
