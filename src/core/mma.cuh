@@ -90,6 +90,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(addr));
 }
 
+// Two transposed 8x8 tiles (lanes 0-15 give the row addresses, as for ldmatrix_x4_trans):
+// one B fragment (b0, b1) of a k-major 16x8 block.
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row_address) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
 // Asynchronous global -> shared copies (cp.async, sm_80+): `bytes` bytes when valid, zeros
 // otherwise (src is then not read). Groups are committed and awaited explicitly.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
@@ -105,12 +114,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int pending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
-}
-
-// One 32-bit (two-element) shared-memory load.
-template <typename T>
-__device__ __forceinline__ uint32_t lds32(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
 }
 
 // 2^x on the special-function unit (the softmax is computed in base 2).

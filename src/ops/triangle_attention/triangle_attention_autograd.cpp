@@ -2,8 +2,9 @@
 // triangle_attention_{mma,simt}.cu, registered for the AutogradCUDA and CUDA keys. q, k, v
 // and gate are read in place through their strides (the ending-node variant passes transposed
 // views); only a head dim that is not innermost is copied. The bias is made contiguous in
-// q's dtype: it is N^2 * H elements, read N times by the kernels. float64 inputs and head
-// dims without a kernel use the ATen reference (still differentiable).
+// q's dtype: it is N^2 * H elements, read N times by the kernels. The bias gradient comes back
+// in float and is converted to the bias's dtype. float64 inputs and head dims without a
+// kernel use the ATen reference (still differentiable).
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -124,8 +125,8 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
     if (gate.defined()) p.d_gate = d_gate.data_ptr();
     p.dq = dq.data_ptr(), p.dk = dk.data_ptr(), p.dv = dv.data_ptr();
     if (bias.defined()) {
-      dbias = at::empty(bias.sizes(), bias.options());
-      p.dbias = dbias.data_ptr();
+      dbias = at::empty(bias.sizes(), bias.options().dtype(at::kFloat));
+      p.dbias = dbias.data_ptr<float>();
       const int64_t chunks = cuda::dbias_partials(p);
       if (chunks > 0) {
         partial = at::empty({chunks, bias.numel()}, bias.options().dtype(at::kFloat));

@@ -38,12 +38,12 @@ struct TriangleAttentionParams {
   void* d_o;
   float* delta;
   // Backward outputs, contiguous: d_gate (null without a gate), dq/dk/dv [B, R, N, H, d],
-  // dbias [B, H, N, N] (null without a bias).
+  // dbias [B, H, N, N] float (null without a bias).
   void* d_gate;
   void* dq;
   void* dk;
   void* dv;
-  void* dbias;
+  float* dbias;
   // Float workspace of dbias_partials(p) * B * H * N * N elements: per-chunk partial sums of
   // the bias gradient over rows, added in chunk order afterwards.
   float* dbias_partial;

@@ -1,19 +1,24 @@
 // Triangle attention on tensor cores (fp16/bf16 in, fp32 accumulate), flash-attention style:
-// a block owns 64 queries (or 64 keys), each of its 4 warps 16 of them, and streams the other
-// side through shared memory in tiles of 64. Scores, probabilities and their gradients live in
-// registers; only the output, one log-sum-exp per row and the gradients are written, so no
-// kernel stores anything of size N^3.
+// a block of 8 warps owns 128 queries (or 128 keys), each warp 16 of them, and streams the
+// other side through shared memory in tiles of 64. Scores, probabilities and their gradients
+// live in registers; only the output, one log-sum-exp per row and the gradients are written,
+// so no kernel stores anything of size N^3.
 //
 // Backward runs three kernels so that no gradient needs a cross-block sum (no atomics, hence
 // bitwise-reproducible results):
 //   dq     owns queries, loops over keys     dQ = dS K
 //   dkv    owns keys, loops over queries     dK = dS^T Q,  dV = P^T dO
-//   dbias  owns a 64x64 (query, key) tile, loops over the rows r of a chunk: sum_r dS
+//   dbias  owns a 128x64 (query, key) tile, loops over the rows r of a chunk: sum_r dS
 // with dS = P * (dO V^T - delta). Chunk partials of dbias are added in order afterwards.
 // The softmax runs in base 2: logits are scaled by log2(e) once so every exponential is one
 // ex2 instruction. Every streamed tile (keys or queries, their bias tile, mask or row
 // statistics) is fetched with cp.async one step ahead into the other half of a double buffer,
 // so global latency hides behind the tensor-core work of the current step.
+//
+// Why 128 owned rows and 64 streamed: every streamed byte comes from L2, and at d = 32 the
+// L2 -> SM traffic (keys/values and the bias tile, ~4 bytes per score element with 64x64
+// tiles) rivals the exponential unit as the bound. A 128-row block halves the streamed
+// operand bytes per score; 8 warps at <= 128 registers keep 16 warps resident per SM.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -33,17 +38,18 @@ using mma::cp_async4;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::exp2_approx;
-using mma::lds32;
+using mma::ldmatrix_x2_trans;
 using mma::ldmatrix_x4;
 using mma::ldmatrix_x4_trans;
 using mma::mma16816;
 using mma::pack2;
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTile = 16 * kWarps;  // rows a block owns = rows of a streamed tile
-constexpr int kNT = kTile / 8;      // 8-wide column tiles across a streamed tile
-constexpr int kBS = kTile + 8;      // row stride of a shared 64x64 bias tile (bank spread)
+constexpr int kRows = 16 * kWarps;  // rows a block owns (queries, or keys for dkv)
+constexpr int kCols = 64;           // rows of a streamed tile
+constexpr int kNT = kCols / 8;      // 8-wide column tiles across a streamed tile
+constexpr int kHalfNT = kNT / 2;    // ... across half of one (dkv works in halves)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Head dim d padded to the mma k-step (16); shared rows get 8 more elements so that the
@@ -54,13 +60,21 @@ struct Dim {
   static constexpr int S = P + 8;
 };
 
-// Shared-memory pieces (bytes, all multiples of 16): a [kTile][S] operand tile, a
-// [kTile][kBS] bias tile, a vector of kTile floats.
+// Row stride (floats) of the dbias kernel's fp32 bias tile: 8 more than its kCols columns,
+// so that the 8-byte fragment loads of rows g = 0..3 (a half warp) hit distinct banks.
+constexpr int kBiasStride = kCols + 8;
+
+// Shared-memory pieces (bytes, all multiples of 16): a [rows][S] operand tile, a
+// [rows][cols + 8] bias tile of T (the 8 spread ldmatrix rows over the banks), a vector of
+// floats.
 template <typename T, int D>
 struct Bytes {
-  static constexpr int tile = kTile * Dim<D>::S * sizeof(T);
-  static constexpr int bias = kTile * kBS * sizeof(T);
-  static constexpr int vec = kTile * sizeof(float);
+  template <int rows>
+  static constexpr int tile = rows * Dim<D>::S * sizeof(T);
+  template <int rows, int cols>
+  static constexpr int bias = rows * (cols + 8) * sizeof(T);
+  template <int n>
+  static constexpr int vec = n * sizeof(float);
 };
 
 // Hands out consecutive pieces of the dynamic shared memory.
@@ -87,9 +101,6 @@ __device__ __forceinline__ Slice<T> slice(const void* t, const int64_t* s, int64
   return {static_cast<const T*>(t) + b * s[0] + r * s[1] + h * s[3], s[2]};
 }
 
-// Queues rows n0..n0+kTile of a slice into a [kTile][S] shared tile, zeros past N and past
-// d. vec: elements per global load the strides allow; 8 (16 bytes) goes through cp.async,
-// narrower layouts are copied synchronously.
 // Eight elements from a row start that is not 16-byte aligned (vec = 2: 4-byte aligned).
 template <typename T>
 __device__ __noinline__ uint4 load8_unaligned(const T* from, int vec) {
@@ -102,60 +113,108 @@ __device__ __noinline__ uint4 load8_unaligned(const T* from, int vec) {
   return *reinterpret_cast<const uint4*>(e);
 }
 
-template <typename T, int D>
+// Calls f(idx) for idx = threadIdx.x, + kThreads, ... below `total` (a compile-time count,
+// so the loop unrolls and needs a guard only when the threads do not divide it).
+template <int total, typename F>
+__device__ __forceinline__ void for_each_chunk(F f) {
+#pragma unroll
+  for (int it = 0; it < (total + kThreads - 1) / kThreads; ++it) {
+    const int idx = threadIdx.x + it * kThreads;
+    if (total % kThreads == 0 || idx < total) f(idx);
+  }
+}
+
+// Queues rows n0..n0+rows of a slice into a [rows][S] shared tile, zeros past N and past
+// d. vec: elements per global load the strides allow; 8 (16 bytes) goes through cp.async,
+// narrower layouts are copied synchronously.
+template <typename T, int D, int rows>
 __device__ __forceinline__ void load_tile(T* tile, Slice<T> src, int64_t n0, int64_t N, int vec) {
   constexpr int S = Dim<D>::S, kChunks = Dim<D>::P / 8;
-  static_assert(kTile * kChunks % kThreads == 0, "whole chunks per thread");
-  const T* rows = src.base + n0 * src.stride_n;
-#pragma unroll
-  for (int it = 0; it < kTile * kChunks / kThreads; ++it) {
-    const int idx = threadIdx.x + it * kThreads;
+  const T* base = src.base + n0 * src.stride_n;
+  for_each_chunk<rows * kChunks>([&](int idx) {
     const int row = idx / kChunks, c = (idx % kChunks) * 8;
     const bool valid = n0 + row < N && c < D;
     T* dst = tile + row * S + c;
-    const T* from = rows + row * src.stride_n + c;
+    const T* from = base + row * src.stride_n + c;
     if (vec == 8) {
       cp_async16(dst, valid ? from : src.base, valid);
     } else {
       *reinterpret_cast<uint4*>(dst) = valid ? load8_unaligned(from, vec) : make_uint4(0, 0, 0, 0);
     }
-  }
+  });
 }
 
-// Queues m[r0.., c0..] (a 64x64 window of a contiguous [N, N] matrix) into a [kTile][kBS]
-// tile, zeros outside. Rows are 16-byte aligned when N % 8 == 0; otherwise synchronous.
-template <typename T>
+// Queues m[r0.., c0..] (a rows x cols window of a contiguous [N, N] matrix) into a
+// [rows][cols + 8] tile, zeros outside. Rows are 16-byte aligned when N % 8 == 0; otherwise
+// synchronous.
+template <typename T, int rows, int cols>
 __device__ __forceinline__ void load_bias_tile(T* tile, const T* m, int64_t r0, int64_t c0, int64_t N) {
-#pragma unroll
-  for (int it = 0; it < kTile * 8 / kThreads; ++it) {
-    const int idx = threadIdx.x + it * kThreads;
-    const int row = idx / 8, c = (idx % 8) * 8;
+  for_each_chunk<rows * cols / 8>([&](int idx) {
+    const int row = idx / (cols / 8), c = (idx % (cols / 8)) * 8;
     const int64_t rr = r0 + row, cc = c0 + c;
-    T* dst = tile + row * kBS + c;
+    T* dst = tile + row * (cols + 8) + c;
     if (N % 8 == 0) {
       const bool valid = rr < N && cc < N;
       cp_async16(dst, valid ? m + rr * N + cc : m, valid);
-      continue;
+      return;
     }
     T e[8];
 #pragma unroll
     for (int x = 0; x < 8; ++x) e[x] = rr < N && cc + x < N ? m[rr * N + cc + x] : static_cast<T>(0.f);
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(e);
-  }
+  });
 }
 
-// Queues src[n0 .. n0+kTile] into a shared vector: `past` for entries at or past N, 0 where
-// there is no src (a missing additive key mask attends every real key).
+// Queues src[n0 .. n0+n] into a shared vector: `past` for entries at or past N, 0 where
+// there is no src (a missing additive key mask attends every real key). Entry i is written
+// by thread i, which is what lets that thread read it back after its own cp.async wait.
+template <int n>
 __device__ __forceinline__ void load_vec(float* dst, const float* src, int64_t n0, int64_t N, float past) {
-  if (threadIdx.x >= kTile) return;
-  const int64_t n = n0 + threadIdx.x;
-  if (n >= N || src == nullptr)
-    dst[threadIdx.x] = n >= N ? past : 0.f;
+  static_assert(n <= kThreads, "one entry per thread");
+  if (threadIdx.x >= n) return;
+  const int64_t i = n0 + threadIdx.x;
+  if (i >= N || src == nullptr)
+    dst[threadIdx.x] = i >= N ? past : 0.f;
   else
-    cp_async4(dst + threadIdx.x, src + n, true);
+    cp_async4(dst + threadIdx.x, src + i, true);
 }
 
-// A fragments of rows 16w..16w+15 of a shared tile, all k-steps of the head dim.
+// Waits for the current stage and joins the block (as __syncthreads) and tells whether any
+// of its kCols additive key-mask entries masks a key, so that tiles of real, unmasked keys
+// skip the mask.
+__device__ __forceinline__ bool sync_any_masked(const float* mask) {
+  return __syncthreads_or(threadIdx.x < kCols && mask[threadIdx.x] != 0.f);
+}
+
+// A fragments of rows n0..n0+15 of a slice, all k-steps of the head dim, straight from
+// global memory (each block reads its own rows once, so they need no shared-memory tile);
+// zeros past N and past d. vec: as for load_tile (1: 16-bit loads).
+template <typename T, int D>
+__device__ __forceinline__ void load_a_global(uint32_t (&a)[Dim<D>::P / 16][4], Slice<T> src, int64_t n0,
+                                              int64_t N, int vec, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int kk = 0; kk < Dim<D>::P / 16; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      // a0 = (g, 2t..), a1 = (g + 8, 2t..), a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..)
+      const int64_t n = n0 + g + 8 * (q % 2);
+      const int c = 16 * kk + 2 * t + 8 * (q / 2);
+      uint32_t v = 0;
+      if (n < N && c < D) {
+        const T* e = src.base + n * src.stride_n + c;
+        if (vec >= 2) {
+          v = *reinterpret_cast<const uint32_t*>(e);
+        } else {
+          const T pair[2] = {e[0], e[1]};
+          v = *reinterpret_cast<const uint32_t*>(pair);
+        }
+      }
+      a[kk][q] = v;
+    }
+}
+
+// A fragments of rows 16w..16w+15 of a [rows][S] shared tile, all k-steps of the head dim.
 template <typename T, int D>
 __device__ __forceinline__ void load_a(uint32_t (&a)[Dim<D>::P / 16][4], const T* tile, int warp, int lane) {
   constexpr int S = Dim<D>::S;
@@ -165,17 +224,15 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[Dim<D>::P / 16][4], const T
   for (int kk = 0; kk < Dim<D>::P / 16; ++kk) ldmatrix_x4(a[kk], row + 16 * kk);
 }
 
-// acc[nt] (16 x kTile) = A (16 x d) . tile^T, tile stored [kTile][S] (n-major B operand).
-template <typename T, int D>
-__device__ __forceinline__ void gemm_abt(float (&acc)[kNT][4], const uint32_t (&a)[Dim<D>::P / 16][4],
+// acc[nt] (16 x 8NT) += A (16 x d) . tile^T, tile stored [8NT][S] (n-major B operand).
+template <typename T, int D, int NT>
+__device__ __forceinline__ void gemm_abt(float (&acc)[NT][4], const uint32_t (&a)[Dim<D>::P / 16][4],
                                          const T* tile, int lane) {
   constexpr int S = Dim<D>::S;
   // Tiles: columns 0-7 / 8-15 of the k-step (lane bit 3) x n-tiles nt / nt + 1 (lane bit 4).
   const T* rows = tile + ((lane / 16) * 8 + lane % 8) * S + (lane / 8 % 2) * 8;
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-#pragma unroll
-  for (int nt = 0; nt < kNT; nt += 2)
+  for (int nt = 0; nt < NT; nt += 2)
 #pragma unroll
     for (int kk = 0; kk < Dim<D>::P / 16; ++kk) {
       uint32_t b[4];
@@ -185,14 +242,14 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[kNT][4], const uint32_t (&
     }
 }
 
-// acc (16 x P) += X (16 x kTile, fp32 C fragments) . tile, tile stored [kTile][S] (k-major B
+// acc (16 x P) += X (16 x 8NT, fp32 C fragments) . tile, tile stored [8NT][S] (k-major B
 // operand, read with ldmatrix.trans). X is rounded to T on the way in.
-template <typename T, int D>
-__device__ __forceinline__ void gemm_xb(float (&acc)[Dim<D>::P / 8][4], const float (&x)[kNT][4],
+template <typename T, int D, int NT>
+__device__ __forceinline__ void gemm_xb(float (&acc)[Dim<D>::P / 8][4], const float (&x)[NT][4],
                                         const T* tile, int lane) {
   constexpr int S = Dim<D>::S;
 #pragma unroll
-  for (int kb = 0; kb < kTile / 16; ++kb) {
+  for (int kb = 0; kb < NT / 2; ++kb) {
     const uint32_t a[4] = {pack2<T>(x[2 * kb][0], x[2 * kb][1]), pack2<T>(x[2 * kb][2], x[2 * kb][3]),
                            pack2<T>(x[2 * kb + 1][0], x[2 * kb + 1][1]),
                            pack2<T>(x[2 * kb + 1][2], x[2 * kb + 1][3])};
@@ -253,39 +310,78 @@ __device__ __forceinline__ const T* bias_matrix(const TriangleAttentionParams& p
   return p.bias != nullptr ? static_cast<const T*>(p.bias) + (b * p.H + h) * p.N * p.N : nullptr;
 }
 
-// Logits in place for a 16 x kTile score block of warp `warp` whose rows are the rows of
-// bias tile `bt` (null: no bias) and whose columns are keys with additive mask `km` (-inf =
-// masked or past N): s * scale + bias + km. kMasked = false skips the mask (a tile of real,
-// unmasked keys).
-template <typename T, bool kMasked>
-__device__ __forceinline__ void to_logits(float (&s)[kNT][4], const T* bt, const float* km, float scale, int warp,
-                                          int lane) {
-  const int g = lane / 4, t = lane % 4;
+// s = s * scale + bias for a 16 x 8NT score block, the bias read from a shared tile of T with
+// ldmatrix straight into the C-fragment layout (one instruction per 16 x 16). lane_row: this
+// lane's ldmatrix row address for the first 16 x 16 (see the callers); step: elements from
+// one 16 x 16 to the next. With kTrans the tile is stored transposed ([column][row]).
+// Register q of each ldmatrix holds c0c1 (q = 0, 2) or c2c3 (q = 1, 3) of n-tile 2kk + q / 2.
+template <typename T, bool kTrans, int NT>
+__device__ __forceinline__ void scale_add_bias(float (&s)[NT][4], const T* lane_row, int step, float scale) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    uint32_t b[4];
+    if (kTrans)
+      ldmatrix_x4_trans(b, lane_row + kk * step);
+    else
+      ldmatrix_x4(b, lane_row + kk * step);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float2 bf = mma::unpack2<T>(b[q]);
+      float* c = &s[2 * kk + q / 2][2 * (q % 2)];
+      c[0] = fmaf(c[0], scale, bf.x);
+      c[1] = fmaf(c[1], scale, bf.y);
+    }
+  }
+}
+
+// Logits of warp `warp`'s 16 x kCols block from its scores: s * scale + bias, where bt is a
+// [kRows][kCols + 8] bias tile whose rows are the block's rows (null: no bias).
+template <typename T>
+__device__ __forceinline__ void scores_to_logits(float (&s)[kNT][4], const T* bt, float scale, int warp, int lane) {
+  if (bt != nullptr) {
+    // 8x8 tiles (rows 0-7 | 8-15 of the warp: lane bit 3) x (n-tile 2kk | 2kk + 1: lane bit 4).
+    const T* row = bt + (16 * warp + (lane / 8 % 2) * 8 + lane % 8) * (kCols + 8) + (lane / 16) * 8;
+    scale_add_bias<T, false>(s, row, 16, scale);
+    return;
+  }
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] *= scale;
+}
+
+// Score accumulators of a 16 x 8NT block (rows row0..row0+15 of a [rows][kBiasStride] fp32
+// bias tile, columns col0..) initialised to bias / scale, so that the products accumulate on
+// top of it and scale * acc are the logits; zeros without a bias (bt null).
+template <int NT>
+__device__ __forceinline__ void init_scores(float (&s)[NT][4], const float* bt, int row0, int col0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int col = 8 * nt + 2 * t;
       float2 b = make_float2(0.f, 0.f);
-      if (bt != nullptr) b = mma::unpack2<T>(lds32(bt + (16 * warp + g + 8 * h) * kBS + col));
-      s[nt][2 * h] = fmaf(s[nt][2 * h], scale, b.x);
-      s[nt][2 * h + 1] = fmaf(s[nt][2 * h + 1], scale, b.y);
-      if (kMasked) {
-        const float2 m = *reinterpret_cast<const float2*>(km + col);
-        s[nt][2 * h] += m.x;
-        s[nt][2 * h + 1] += m.y;
-      }
+      if (bt != nullptr) b = *reinterpret_cast<const float2*>(bt + (row0 + g + 8 * h) * kBiasStride + col0 + 8 * nt + 2 * t);
+      s[nt][2 * h] = b.x;
+      s[nt][2 * h + 1] = b.y;
     }
 }
 
-// to_logits for key tile j0: the mask is applied only where some key may be masked.
-template <typename T>
-__device__ __forceinline__ void to_logits(float (&s)[kNT][4], const T* bt, const float* km, float scale, int warp,
-                                          int lane, const TriangleAttentionParams& p, int64_t j0) {
-  if (p.mask != nullptr || j0 + kTile > p.N)
-    to_logits<T, true>(s, bt, km, scale, warp, lane);
-  else
-    to_logits<T, false>(s, bt, km, scale, warp, lane);
+template <int NT>
+__device__ __forceinline__ void zero(float (&a)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) a[nt][0] = a[nt][1] = a[nt][2] = a[nt][3] = 0.f;
+}
+
+// Adds the additive key mask km (-inf = masked or past N) of a tile's keys to a 16 x kCols
+// score block.
+__device__ __forceinline__ void add_key_mask(float (&s)[kNT][4], const float* km, int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const float2 m = *reinterpret_cast<const float2*>(km + 8 * nt + 2 * t);
+    s[nt][0] += m.x, s[nt][1] += m.y, s[nt][2] += m.x, s[nt][3] += m.y;
+  }
 }
 
 // Stores a 16 x P fp32 fragment block (rows i_a and i_a + 8) times mul[half] into a
@@ -325,12 +421,13 @@ __device__ __forceinline__ void store_rows(void* out, const TriangleAttentionPar
 template <typename T, int D>
 struct KeyStage {
   using B = Bytes<T, D>;
-  static constexpr int bytes = 2 * B::tile + B::bias + B::vec;
+  static constexpr int tile = B::template tile<kCols>, bias_bytes = B::template bias<kRows, kCols>;
+  static constexpr int bytes = 2 * tile + bias_bytes + B::template vec<kCols>;
   unsigned char* at;  // one half of the double buffer
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(at); }
-  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(at + B::tile); }
-  __device__ __forceinline__ T* bias() const { return reinterpret_cast<T*>(at + 2 * B::tile); }
-  __device__ __forceinline__ float* mask() const { return reinterpret_cast<float*>(at + 2 * B::tile + B::bias); }
+  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(at + tile); }
+  __device__ __forceinline__ T* bias() const { return reinterpret_cast<T*>(at + 2 * tile); }
+  __device__ __forceinline__ float* mask() const { return reinterpret_cast<float*>(at + 2 * tile + bias_bytes); }
   __device__ __forceinline__ KeyStage half(int64_t buf) const { return {at + buf * bytes}; }
 
   // Where the tiles come from; fixed for a block.
@@ -345,152 +442,186 @@ struct KeyStage {
             bias_matrix<T>(p, x.b, x.h), mask_row(p, x), vec};
   }
   __device__ __forceinline__ void load(const Source& src, int64_t N, int64_t i0, int64_t j0) const {
-    load_tile<T, D>(k(), src.k, j0, N, src.vec);
-    load_tile<T, D>(v(), src.v, j0, N, src.vec);
-    if (src.bias != nullptr) load_bias_tile<T>(bias(), src.bias, i0, j0, N);
-    load_vec(mask(), src.mask, j0, N, -INFINITY);
+    load_tile<T, D, kCols>(k(), src.k, j0, N, src.vec);
+    load_tile<T, D, kCols>(v(), src.v, j0, N, src.vec);
+    if (src.bias != nullptr) load_bias_tile<T, kRows, kCols>(bias(), src.bias, i0, j0, N);
+    load_vec<kCols>(mask(), src.mask, j0, N, -INFINITY);
   }
-
 };
 
 template <typename T, int D>
-constexpr int forward_smem() { return Bytes<T, D>::tile + 2 * KeyStage<T, D>::bytes; }
+constexpr int key_loop_smem() { return 2 * KeyStage<T, D>::bytes; }
 
-// Forward: block = (b, r, h, 64 queries); loops over key tiles with an online softmax.
+// The column of the value tiles' padding that holds ones: P . [V | 1] gives the softmax row
+// sums on the tensor cores (one more n-tile of products instead of a float add per score).
+template <int D>
+constexpr int kOnesCol = Dim<D>::P;
+
+// Writes the ones column (and zeros beside it) into the padding of both value buffers; the
+// tile loads never touch the padding.
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const TriangleAttentionParams p, int vec) {
+__device__ __forceinline__ void init_ones_column(const KeyStage<T, D>& stage) {
+  if (threadIdx.x >= 2 * kCols) return;
+  T* row = stage.half(threadIdx.x / kCols).v() + (threadIdx.x % kCols) * Dim<D>::S + kOnesCol<D>;
+  T e[8];
+#pragma unroll
+  for (int x = 0; x < 8; ++x) e[x] = static_cast<T>(x == 0 ? 1.f : 0.f);
+  *reinterpret_cast<uint4*>(row) = *reinterpret_cast<const uint4*>(e);
+}
+
+// l (16 x 8, column 0 = row sums) += X (16 x kCols) . [ones column block of the value tile].
+template <typename T, int D>
+__device__ __forceinline__ void gemm_row_sums(float (&l)[4], const float (&x)[kNT][4], const T* vtile, int lane) {
+  constexpr int S = Dim<D>::S;
+#pragma unroll
+  for (int kb = 0; kb < kNT / 2; ++kb) {
+    const uint32_t a[4] = {pack2<T>(x[2 * kb][0], x[2 * kb][1]), pack2<T>(x[2 * kb][2], x[2 * kb][3]),
+                           pack2<T>(x[2 * kb + 1][0], x[2 * kb + 1][1]),
+                           pack2<T>(x[2 * kb + 1][2], x[2 * kb + 1][3])};
+    uint32_t b[2];
+    ldmatrix_x2_trans(b, vtile + (16 * kb + (lane / 8 % 2) * 8 + lane % 8) * S + kOnesCol<D>);
+    mma16816<T>(l, a, b[0], b[1]);
+  }
+}
+
+// Forward: block = (b, r, h, 128 queries); loops over key tiles with an online softmax.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 2) forward_kernel(const TriangleAttentionParams p, int vec) {
   constexpr int P = Dim<D>::P;
   extern __shared__ __align__(16) unsigned char smem[];
-  Carve carve{smem};
-  T* qs = carve.take<T>(Bytes<T, D>::tile);
-  const KeyStage<T, D> stage{carve.take<unsigned char>(2 * KeyStage<T, D>::bytes)};
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
-  const int64_t n_tiles = (p.N + kTile - 1) / kTile;
+  const KeyStage<T, D> stage{smem};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t n_tiles = (p.N + kRows - 1) / kRows;
   const Row x = row_of(p, blockIdx.x / n_tiles);
-  const int64_t i0 = blockIdx.x % n_tiles * kTile;
-  const bool has_bias = p.bias != nullptr;
+  const int64_t i0 = blockIdx.x % n_tiles * kRows;
   const auto src = KeyStage<T, D>::source(p, x, vec);
+  const bool has_bias = p.bias != nullptr;
 
-  load_tile<T, D>(qs, slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0, p.N, vec);
   stage.load(src, p.N, i0, 0);
   cp_async_commit();
-
+  init_ones_column<T, D>(stage);
   uint32_t qa[P / 16][4];
-  float acc[P / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int64_t steps = (p.N + kTile - 1) / kTile;
+  load_a_global<T, D>(qa, slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0 + 16 * warp, p.N, vec, lane);
+
+  float acc[P / 8][4] = {}, l[4] = {};
+  float m[2] = {-INFINITY, -INFINITY};  // running row maxima of the logits
+  const int64_t steps = (p.N + kCols - 1) / kCols;
   for (int64_t step = 0; step < steps; ++step) {
-    if (step + 1 < steps) stage.half((step + 1) % 2).load(src, p.N, i0, (step + 1) * kTile);
+    if (step + 1 < steps) stage.half((step + 1) % 2).load(src, p.N, i0, (step + 1) * kCols);
     cp_async_commit();
     cp_async_wait<1>();
-    __syncthreads();
     const KeyStage<T, D> cur = stage.half(step % 2);
-    if (step == 0) load_a<T, D>(qa, qs, warp, lane);
+    const bool masked = sync_any_masked(cur.mask());
     float s[kNT][4];
+    zero(s);
     gemm_abt<T, D>(s, qa, cur.k(), lane);
-    to_logits<T>(s, has_bias ? cur.bias() : nullptr, cur.mask(), p.scale, warp, lane, p, step * kTile);
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+    scores_to_logits<T>(s, has_bias ? cur.bias() : nullptr, p.scale, warp, lane);
+    if (masked) add_key_mask(s, cur.mask(), lane);
+    float off[2];  // -(row max) * log2(e)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float m_new = fmaxf(m[h], quad_max(mx[h]));
+      // Pairwise tree: short dependency chains.
+      float mx[kNT];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) mx[nt] = fmaxf(s[nt][2 * h], s[nt][2 * h + 1]);
+#pragma unroll
+      for (int w = kNT / 2; w > 0; w /= 2)
+#pragma unroll
+        for (int nt = 0; nt < w; ++nt) mx[nt] = fmaxf(mx[nt], mx[nt + w]);
+      const float m_new = fmaxf(m[h], quad_max(mx[0]));
       // A row with no valid key so far keeps max -inf; subtract 0 instead (all terms are 0).
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       const float corr = exp2_approx((m[h] - m_use) * kLog2e);
       m[h] = m_new;
-      mx[h] = -m_use * kLog2e;
-      l[h] *= corr;
+      off[h] = -m_use * kLog2e;
+      l[2 * h] *= corr;
 #pragma unroll
       for (int nt = 0; nt < P / 8; ++nt) acc[nt][2 * h] *= corr, acc[nt][2 * h + 1] *= corr;
     }
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2_approx(fmaf(s[nt][e], kLog2e, mx[e / 2]));
-        l[e / 2] += s[nt][e];
-      }
+      for (int e = 0; e < 4; ++e) s[nt][e] = exp2_approx(fmaf(s[nt][e], kLog2e, off[e / 2]));
     gemm_xb<T, D>(acc, s, cur.v(), lane);
+    gemm_row_sums<T, D>(l, s, cur.v(), lane);
     __syncthreads();  // this half of the buffer is refilled next step
   }
   const int64_t i_a = i0 + 16 * warp + g;
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] = quad_sum(l[h]);
-    inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;  // a fully masked row gives zeros
+    const float sum = __shfl_sync(0xffffffffu, l[2 * h], lane & ~3);  // column 0 sits at t = 0
+    inv[h] = sum > 0.f ? 1.f / sum : 0.f;  // a fully masked row gives zeros
     const int64_t i = i_a + 8 * h;
-    if (i < p.N && lane % 4 == 0) p.lse[stat(p, x, i)] = l[h] > 0.f ? fmaf(m[h], kLog2e, log2f(l[h])) : INFINITY;
+    if (i < p.N && t == 0) p.lse[stat(p, x, i)] = sum > 0.f ? fmaf(m[h], kLog2e, log2f(sum)) : INFINITY;
   }
   store_rows<T, D>(p.o, p, x, i_a, acc, inv, nullptr, lane);
   // The gated output straight from the registers: the gate costs no extra pass over o.
   if (p.gate != nullptr) store_rows<T, D>(p.out, p, x, i_a, acc, inv, p.gate, lane);
 }
 
-// dS = P * (dP - delta) for a 16 x kTile block: s holds logits and dp holds dO V^T on entry;
-// s holds dS on exit. lse2: the rows' base-2 log-sum-exp (+inf: fully masked or past N).
-__device__ __forceinline__ void logits_to_ds(float (&s)[kNT][4], const float (&dp)[kNT][4], const float (&lse2)[2],
-                                             const float (&delta)[2]) {
+// dS = P * (dP - delta) for a 16 x 8NT block: s holds c * s = base-2 logits and dp holds
+// dO V^T on entry; s holds dS on exit. lse2: the rows' base-2 log-sum-exp (+inf: fully masked
+// or past N).
+template <int NT>
+__device__ __forceinline__ void scores_to_ds(float (&s)[NT][4], const float (&dp)[NT][4], const float (&lse2)[2],
+                                             const float (&delta)[2], float c) {
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      s[nt][e] = exp2_approx(fmaf(s[nt][e], kLog2e, -lse2[e / 2])) * (dp[nt][e] - delta[e / 2]);
+      s[nt][e] = exp2_approx(fmaf(s[nt][e], c, -lse2[e / 2])) * (dp[nt][e] - delta[e / 2]);
 }
 
-template <typename T, int D>
-constexpr int dq_smem() { return 2 * Bytes<T, D>::tile + 2 * KeyStage<T, D>::bytes; }
-
-// dQ: block = (b, r, h, 64 queries); loops over key tiles.
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) dq_kernel(const TriangleAttentionParams p, int vec) {
-  constexpr int P = Dim<D>::P;
-  extern __shared__ __align__(16) unsigned char smem[];
-  Carve carve{smem};
-  T* qs = carve.take<T>(Bytes<T, D>::tile);
-  T* dos = carve.take<T>(Bytes<T, D>::tile);
-  const KeyStage<T, D> stage{carve.take<unsigned char>(2 * KeyStage<T, D>::bytes)};
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
-  const int64_t n_tiles = (p.N + kTile - 1) / kTile;
-  const Row x = row_of(p, blockIdx.x / n_tiles);
-  const int64_t i0 = blockIdx.x % n_tiles * kTile;
-  const int64_t i_a = i0 + 16 * warp + g;
-  const bool has_bias = p.bias != nullptr;
-  const auto src = KeyStage<T, D>::source(p, x, vec);
-
-  load_tile<T, D>(qs, slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0, p.N, vec);
-  load_tile<T, D>(dos, dense_slice<T>(p, p.d_o, x), i0, p.N, kDenseVec);
-  stage.load(src, p.N, i0, 0);
-  cp_async_commit();
-  float lse2[2], delta[2];
+// The lse (base 2) and delta of this thread's rows i_a and i_a + 8 (past N: P = 0).
+__device__ __forceinline__ void row_stats(const TriangleAttentionParams& p, Row x, int64_t i_a, float (&lse2)[2],
+                                          float (&delta)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t i = i_a + 8 * h;
     lse2[h] = i < p.N ? p.lse[stat(p, x, i)] : INFINITY;
     delta[h] = i < p.N ? p.delta[stat(p, x, i)] : 0.f;
   }
+}
 
+// dQ: block = (b, r, h, 128 queries); loops over key tiles.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 2) dq_kernel(const TriangleAttentionParams p, int vec) {
+  constexpr int P = Dim<D>::P;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const KeyStage<T, D> stage{smem};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+  const int64_t n_tiles = (p.N + kRows - 1) / kRows;
+  const Row x = row_of(p, blockIdx.x / n_tiles);
+  const int64_t i0 = blockIdx.x % n_tiles * kRows;
+  const int64_t i_a = i0 + 16 * warp + g;
+  const auto src = KeyStage<T, D>::source(p, x, vec);
+  const bool has_bias = p.bias != nullptr;
+
+  stage.load(src, p.N, i0, 0);
+  cp_async_commit();
   uint32_t qa[P / 16][4], da[P / 16][4];
+  load_a_global<T, D>(qa, slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0 + 16 * warp, p.N, vec, lane);
+  load_a_global<T, D>(da, dense_slice<T>(p, p.d_o, x), i0 + 16 * warp, p.N, kDenseVec, lane);
+  float lse2[2], delta[2];
+  row_stats(p, x, i_a, lse2, delta);
+
   float acc[P / 8][4] = {};
-  const int64_t steps = (p.N + kTile - 1) / kTile;
+  const int64_t steps = (p.N + kCols - 1) / kCols;
   for (int64_t step = 0; step < steps; ++step) {
-    if (step + 1 < steps) stage.half((step + 1) % 2).load(src, p.N, i0, (step + 1) * kTile);
+    if (step + 1 < steps) stage.half((step + 1) % 2).load(src, p.N, i0, (step + 1) * kCols);
     cp_async_commit();
     cp_async_wait<1>();
-    __syncthreads();
     const KeyStage<T, D> cur = stage.half(step % 2);
-    if (step == 0) {
-      load_a<T, D>(qa, qs, warp, lane);
-      load_a<T, D>(da, dos, warp, lane);
-    }
+    const bool masked = sync_any_masked(cur.mask());
     float s[kNT][4], dp[kNT][4];
+    zero(s);
     gemm_abt<T, D>(s, qa, cur.k(), lane);
+    zero(dp);
     gemm_abt<T, D>(dp, da, cur.v(), lane);
-    to_logits<T>(s, has_bias ? cur.bias() : nullptr, cur.mask(), p.scale, warp, lane, p, step * kTile);
-    logits_to_ds(s, dp, lse2, delta);
+    scores_to_logits<T>(s, has_bias ? cur.bias() : nullptr, p.scale, warp, lane);
+    if (masked) add_key_mask(s, cur.mask(), lane);
+    scores_to_ds(s, dp, lse2, delta, kLog2e);
     gemm_xb<T, D>(acc, s, cur.k(), lane);
     __syncthreads();
   }
@@ -503,13 +634,14 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const TriangleAttentionPar
 template <typename T, int D>
 struct QueryStage {
   using B = Bytes<T, D>;
-  static constexpr int bytes = 2 * B::tile + B::bias + 2 * B::vec;
+  static constexpr int tile = B::template tile<kCols>, bias_bytes = B::template bias<kCols, kRows>;
+  static constexpr int bytes = 2 * tile + bias_bytes + 2 * B::template vec<kCols>;
   unsigned char* at;
   __device__ __forceinline__ T* q() const { return reinterpret_cast<T*>(at); }
-  __device__ __forceinline__ T* d_o() const { return reinterpret_cast<T*>(at + B::tile); }
-  __device__ __forceinline__ T* bias() const { return reinterpret_cast<T*>(at + 2 * B::tile); }
-  __device__ __forceinline__ float* lse() const { return reinterpret_cast<float*>(at + 2 * B::tile + B::bias); }
-  __device__ __forceinline__ float* delta() const { return lse() + kTile; }
+  __device__ __forceinline__ T* d_o() const { return reinterpret_cast<T*>(at + tile); }
+  __device__ __forceinline__ T* bias() const { return reinterpret_cast<T*>(at + 2 * tile); }
+  __device__ __forceinline__ float* lse() const { return reinterpret_cast<float*>(at + 2 * tile + bias_bytes); }
+  __device__ __forceinline__ float* delta() const { return lse() + kCols; }
   __device__ __forceinline__ QueryStage half(int64_t buf) const { return {at + buf * bytes}; }
 
   struct Source {
@@ -523,131 +655,175 @@ struct QueryStage {
             p.lse + stat(p, x, 0), p.delta + stat(p, x, 0), vec};
   }
   __device__ __forceinline__ void load(const Source& src, int64_t N, int64_t i0, int64_t j0) const {
-    load_tile<T, D>(q(), src.q, i0, N, src.vec);
-    load_tile<T, D>(d_o(), src.d_o, i0, N, kDenseVec);
-    if (src.bias != nullptr) load_bias_tile<T>(bias(), src.bias, i0, j0, N);
-    load_vec(lse(), src.lse, i0, N, INFINITY);  // queries past N get P = 0
-    load_vec(delta(), src.delta, i0, N, 0.f);
+    load_tile<T, D, kCols>(q(), src.q, i0, N, src.vec);
+    load_tile<T, D, kCols>(d_o(), src.d_o, i0, N, kDenseVec);
+    if (src.bias != nullptr) load_bias_tile<T, kCols, kRows>(bias(), src.bias, i0, j0, N);
+    load_vec<kCols>(lse(), src.lse, i0, N, INFINITY);  // queries past N get P = 0
+    load_vec<kCols>(delta(), src.delta, i0, N, 0.f);
   }
 };
 
 template <typename T, int D>
-constexpr int dkv_smem() { return 2 * Bytes<T, D>::tile + 2 * QueryStage<T, D>::bytes; }
+constexpr int dkv_smem() { return 2 * Bytes<T, D>::template tile<kRows> + 2 * QueryStage<T, D>::bytes; }
 
-// dK, dV: block = (b, r, h, 64 keys); loops over query tiles. Works on transposed scores
-// S^T = K Q^T so that the keys are the fragment rows.
+// dK, dV: block = (b, r, h, 128 keys); loops over query tiles, each in two halves of 32
+// queries (half the score registers, which keeps the kernel at two blocks per SM). Works on
+// transposed scores S^T = K Q^T so that the keys are the fragment rows. A masked key has
+// P = 0 in every row, so its dK and dV are zero: the mask is applied once, at the store.
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) dkv_kernel(const TriangleAttentionParams p, int vec) {
-  constexpr int P = Dim<D>::P;
+__global__ void __launch_bounds__(kThreads, 2) dkv_kernel(const TriangleAttentionParams p, int vec) {
+  constexpr int P = Dim<D>::P, S = Dim<D>::S;
   extern __shared__ __align__(16) unsigned char smem[];
   Carve carve{smem};
-  T* ks = carve.take<T>(Bytes<T, D>::tile);
-  T* vs = carve.take<T>(Bytes<T, D>::tile);
+  T* ks = carve.take<T>(Bytes<T, D>::template tile<kRows>);
+  T* vs = carve.take<T>(Bytes<T, D>::template tile<kRows>);
   const QueryStage<T, D> stage{carve.take<unsigned char>(2 * QueryStage<T, D>::bytes)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t n_tiles = (p.N + kTile - 1) / kTile;
+  const int64_t n_tiles = (p.N + kRows - 1) / kRows;
   const Row x = row_of(p, blockIdx.x / n_tiles);
-  const int64_t j0 = blockIdx.x % n_tiles * kTile;
+  const int64_t j0 = blockIdx.x % n_tiles * kRows;
   const int64_t j_a = j0 + 16 * warp + g;
-  const float* mrow = mask_row(p, x);
-  // Additive mask of this thread's two keys.
-  auto key_add = [&](int64_t j) { return j < p.N && (mrow == nullptr || mrow[j] == 0.f) ? 0.f : -INFINITY; };
-  const float kadd[2] = {key_add(j_a), key_add(j_a + 8)};
   const bool has_bias = p.bias != nullptr;
 
-  load_tile<T, D>(ks, slice<T>(p.k, p.k_stride, x.b, x.r, x.h), j0, p.N, vec);
-  load_tile<T, D>(vs, slice<T>(p.v, p.v_stride, x.b, x.r, x.h), j0, p.N, vec);
+  load_tile<T, D, kRows>(ks, slice<T>(p.k, p.k_stride, x.b, x.r, x.h), j0, p.N, vec);
+  load_tile<T, D, kRows>(vs, slice<T>(p.v, p.v_stride, x.b, x.r, x.h), j0, p.N, vec);
   const auto src = QueryStage<T, D>::source(p, x, vec);
   stage.load(src, p.N, 0, j0);
   cp_async_commit();
 
-  uint32_t ka[P / 16][4], va[P / 16][4];
   float dk[P / 8][4] = {}, dv[P / 8][4] = {};
-  const int64_t steps = (p.N + kTile - 1) / kTile;
+  const int64_t steps = (p.N + kCols - 1) / kCols;
   for (int64_t step = 0; step < steps; ++step) {
-    if (step + 1 < steps) stage.half((step + 1) % 2).load(src, p.N, (step + 1) * kTile, j0);
+    if (step + 1 < steps) stage.half((step + 1) % 2).load(src, p.N, (step + 1) * kCols, j0);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const QueryStage<T, D> cur = stage.half(step % 2);
-    if (step == 0) {
-      load_a<T, D>(ka, ks, warp, lane);
-      load_a<T, D>(va, vs, warp, lane);
-    }
-    float s[kNT][4], dp[kNT][4];
-    gemm_abt<T, D>(s, ka, cur.q(), lane);
-    gemm_abt<T, D>(dp, va, cur.d_o(), lane);
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ii = 8 * nt + 2 * t + (e & 1);  // query (column of S^T)
-        const float b = has_bias ? static_cast<float>(cur.bias()[ii * kBS + 16 * warp + g + 8 * (e / 2)]) : 0.f;
-        const float z = fmaf(s[nt][e], p.scale, b) + kadd[e / 2];
-        const float pr = exp2_approx(fmaf(z, kLog2e, -cur.lse()[ii]));
-        s[nt][e] = pr;                                  // P^T, for dV
-        dp[nt][e] = pr * (dp[nt][e] - cur.delta()[ii]);  // dS^T, for dK
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      const int q0 = half * (kCols / 2);  // first query of this half within the tile
+      float s[kHalfNT][4], dp[kHalfNT][4];
+      zero(s);
+      zero(dp);
+      {
+        // K and V fragments are re-read from shared memory (4 ldmatrix per product) rather
+        // than held: 16 fewer live registers keep the kernel at two blocks per SM.
+        uint32_t a[P / 16][4];
+        load_a<T, D>(a, ks, warp, lane);
+        gemm_abt<T, D>(s, a, cur.q() + q0 * S, lane);
+        load_a<T, D>(a, vs, warp, lane);
+        gemm_abt<T, D>(dp, a, cur.d_o() + q0 * S, lane);
       }
-    gemm_xb<T, D>(dv, s, cur.d_o(), lane);
-    gemm_xb<T, D>(dk, dp, cur.q(), lane);
+      if (has_bias) {
+        // Bias^T in the C-fragment layout of S^T: ldmatrix.trans of the [query][key] tile,
+        // 8x8 tiles (keys 0-7 | 8-15 of the warp: lane bit 3) x (queries of n-tile 2kk |
+        // 2kk + 1: lane bit 4).
+        const T* row = cur.bias() + (q0 + (lane / 16) * 8 + lane % 8) * (kRows + 8) + 16 * warp + (lane / 8 % 2) * 8;
+        scale_add_bias<T, true>(s, row, 16 * (kRows + 8), p.scale);
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kHalfNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kHalfNT; ++nt) {
+        const int ii = q0 + 8 * nt + 2 * t;  // the query (column of S^T) of e = 0, 2; ii + 1 of e = 1, 3
+        const float2 lse = *reinterpret_cast<const float2*>(cur.lse() + ii);
+        const float2 del = *reinterpret_cast<const float2*>(cur.delta() + ii);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pr = exp2_approx(fmaf(s[nt][e], kLog2e, -(e & 1 ? lse.y : lse.x)));
+          s[nt][e] = pr;                                          // P^T, for dV
+          dp[nt][e] = pr * (dp[nt][e] - (e & 1 ? del.y : del.x));  // dS^T, for dK
+        }
+      }
+      gemm_xb<T, D>(dv, s, cur.d_o() + q0 * S, lane);
+      gemm_xb<T, D>(dk, dp, cur.q() + q0 * S, lane);
+    }
     __syncthreads();
+  }
+  const float* mrow = mask_row(p, x);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t j = j_a + 8 * h;
+    if (j < p.N && (mrow == nullptr || mrow[j] == 0.f)) continue;
+#pragma unroll
+    for (int nt = 0; nt < P / 8; ++nt) dk[nt][2 * h] = dk[nt][2 * h + 1] = dv[nt][2 * h] = dv[nt][2 * h + 1] = 0.f;
   }
   const float k_mul[2] = {p.scale, p.scale}, v_mul[2] = {1.f, 1.f};
   store_rows<T, D>(p.dk, p, x, j_a, dk, k_mul, nullptr, lane);
   store_rows<T, D>(p.dv, p, x, j_a, dv, v_mul, nullptr, lane);
 }
 
-// One streamed step of the bias-gradient kernel: row r's queries, output gradient, keys and
-// values of this block's tile, its key mask and the queries' lse and delta.
+// One streamed step of the bias-gradient kernel: row r's queries and output gradient (the
+// block's 128), its keys and values (the block's 64), its key mask and the queries' lse and
+// delta.
 template <typename T, int D>
 struct RowStage {
   using B = Bytes<T, D>;
-  static constexpr int bytes = 4 * B::tile + 3 * B::vec;
+  static constexpr int rows = B::template tile<kRows>, cols = B::template tile<kCols>;
+  static constexpr int bytes = 2 * rows + 2 * cols + B::template vec<kCols> + 2 * B::template vec<kRows>;
   unsigned char* at;
   __device__ __forceinline__ T* q() const { return reinterpret_cast<T*>(at); }
-  __device__ __forceinline__ T* d_o() const { return reinterpret_cast<T*>(at + B::tile); }
-  __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(at + 2 * B::tile); }
-  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(at + 3 * B::tile); }
-  __device__ __forceinline__ float* mask() const { return reinterpret_cast<float*>(at + 4 * B::tile); }
-  __device__ __forceinline__ float* lse() const { return mask() + kTile; }
-  __device__ __forceinline__ float* delta() const { return mask() + 2 * kTile; }
+  __device__ __forceinline__ T* d_o() const { return reinterpret_cast<T*>(at + rows); }
+  __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(at + 2 * rows); }
+  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(at + 2 * rows + cols); }
+  __device__ __forceinline__ float* mask() const { return reinterpret_cast<float*>(at + 2 * rows + 2 * cols); }
+  __device__ __forceinline__ float* lse() const { return mask() + kCols; }
+  __device__ __forceinline__ float* delta() const { return lse() + kRows; }
   __device__ __forceinline__ RowStage half(int64_t buf) const { return {at + buf * bytes}; }
 
   __device__ __forceinline__ void load(const TriangleAttentionParams& p, Row x, int64_t i0, int64_t j0, int vec) const {
-    load_tile<T, D>(q(), slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0, p.N, vec);
-    load_tile<T, D>(d_o(), dense_slice<T>(p, p.d_o, x), i0, p.N, kDenseVec);
-    load_tile<T, D>(k(), slice<T>(p.k, p.k_stride, x.b, x.r, x.h), j0, p.N, vec);
-    load_tile<T, D>(v(), slice<T>(p.v, p.v_stride, x.b, x.r, x.h), j0, p.N, vec);
-    load_vec(mask(), mask_row(p, x), j0, p.N, -INFINITY);
-    load_vec(lse(), p.lse + stat(p, x, 0), i0, p.N, INFINITY);  // queries past N get P = 0
-    load_vec(delta(), p.delta + stat(p, x, 0), i0, p.N, 0.f);
+    load_tile<T, D, kRows>(q(), slice<T>(p.q, p.q_stride, x.b, x.r, x.h), i0, p.N, vec);
+    load_tile<T, D, kRows>(d_o(), dense_slice<T>(p, p.d_o, x), i0, p.N, kDenseVec);
+    load_tile<T, D, kCols>(k(), slice<T>(p.k, p.k_stride, x.b, x.r, x.h), j0, p.N, vec);
+    load_tile<T, D, kCols>(v(), slice<T>(p.v, p.v_stride, x.b, x.r, x.h), j0, p.N, vec);
+    load_vec<kCols>(mask(), mask_row(p, x), j0, p.N, -INFINITY);
+    load_vec<kRows>(lse(), p.lse + stat(p, x, 0), i0, p.N, INFINITY);  // queries past N get P = 0
+    load_vec<kRows>(delta(), p.delta + stat(p, x, 0), i0, p.N, 0.f);
   }
 };
 
 template <typename T, int D>
-constexpr int dbias_smem() { return Bytes<T, D>::bias + 2 * RowStage<T, D>::bytes; }
+constexpr int dbias_smem() { return kRows * kBiasStride * sizeof(float) + 2 * RowStage<T, D>::bytes; }
 
-// Bias gradient partial: block = (b, h, chunk, 64 queries, 64 keys); loops over the rows
+// Bias gradient partial: block = (b, h, chunk, 128 queries, 64 keys); loops over the rows
 // r of its chunk in order and keeps sum_r dS in registers.
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttentionParams p, int vec, int64_t chunks) {
+__global__ void __launch_bounds__(kThreads, 2) dbias_kernel(const TriangleAttentionParams p, int vec, int64_t chunks) {
   constexpr int P = Dim<D>::P;
+  static_assert(Bytes<T, D>::template bias<kRows, kCols> <= RowStage<T, D>::bytes, "raw bias tile fits a stage");
   extern __shared__ __align__(16) unsigned char smem[];
   Carve carve{smem};
-  T* bias = carve.take<T>(Bytes<T, D>::bias);
+  float* bias = carve.take<float>(kRows * kBiasStride * sizeof(float));
   const RowStage<T, D> stage{carve.take<unsigned char>(2 * RowStage<T, D>::bytes)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t n_tiles = (p.N + kTile - 1) / kTile;
-  const int64_t j0 = blockIdx.x % n_tiles * kTile, i0 = blockIdx.x / n_tiles % n_tiles * kTile;
-  const int64_t rest = blockIdx.x / (n_tiles * n_tiles), chunk = rest % chunks, bh = rest / chunks;
+  const int64_t row_tiles = (p.N + kRows - 1) / kRows, col_tiles = (p.N + kCols - 1) / kCols;
+  const int64_t j0 = blockIdx.x % col_tiles * kCols, i0 = blockIdx.x / col_tiles % row_tiles * kRows;
+  const int64_t rest = blockIdx.x / (col_tiles * row_tiles), chunk = rest % chunks, bh = rest / chunks;
   const int64_t b = bh / p.H, h = bh % p.H;
   const int64_t rows_per = (p.R + chunks - 1) / chunks;
   const int64_t r_begin = chunk * rows_per < p.R ? chunk * rows_per : p.R;
   const int64_t r_end = r_begin + rows_per < p.R ? r_begin + rows_per : p.R;
   const int64_t i_a = i0 + 16 * warp + g;
+  const float c = p.scale * kLog2e;
 
-  // The bias tile is the same for every row r: read once.
-  load_bias_tile<T>(bias, bias_matrix<T>(p, b, h), i0, j0, p.N);
+  // The bias tile is the same for every row r: read once, kept as float divided by scale so
+  // that it initialises the score accumulators (scale * acc are the logits). The first row's
+  // stage doubles as the staging area of the raw tile.
+  if (p.bias != nullptr) {
+    T* raw = reinterpret_cast<T*>(stage.at);
+    load_bias_tile<T, kRows, kCols>(raw, bias_matrix<T>(p, b, h), i0, j0, p.N);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kRows * kCols; idx += kThreads) {
+      const int row = idx / kCols, col = idx % kCols;
+      bias[row * kBiasStride + col] = static_cast<float>(raw[row * (kCols + 8) + col]) / p.scale;
+    }
+    __syncthreads();
+  }
   if (r_begin < r_end) stage.load(p, {b, r_begin, h}, i0, j0, vec);
   cp_async_commit();
 
@@ -656,18 +832,20 @@ __global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttention
     if (r + 1 < r_end) stage.half((r - r_begin + 1) % 2).load(p, {b, r + 1, h}, i0, j0, vec);
     cp_async_commit();
     cp_async_wait<1>();
-    __syncthreads();
     const RowStage<T, D> cur = stage.half((r - r_begin) % 2);
+    const bool masked = sync_any_masked(cur.mask());
     uint32_t qa[P / 16][4], da[P / 16][4];
     load_a<T, D>(qa, cur.q(), warp, lane);
     load_a<T, D>(da, cur.d_o(), warp, lane);
     const int row = 16 * warp + g;
     const float lse2[2] = {cur.lse()[row], cur.lse()[row + 8]}, delta[2] = {cur.delta()[row], cur.delta()[row + 8]};
     float s[kNT][4], dp[kNT][4];
+    init_scores(s, p.bias != nullptr ? bias : nullptr, 16 * warp, 0, lane);
     gemm_abt<T, D>(s, qa, cur.k(), lane);
+    zero(dp);
     gemm_abt<T, D>(dp, da, cur.v(), lane);
-    to_logits<T>(s, bias, cur.mask(), p.scale, warp, lane, p, j0);
-    logits_to_ds(s, dp, lse2, delta);
+    if (masked) add_key_mask(s, cur.mask(), lane);
+    scores_to_ds(s, dp, lse2, delta, c);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -688,17 +866,16 @@ __global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttention
 }
 
 // dbias = sum over chunks, in chunk order.
-template <typename T>
-__global__ void dbias_reduce_kernel(const float* partial, T* dbias, int64_t chunks, int64_t n) {
+__global__ void dbias_reduce_kernel(const float* partial, float* dbias, int64_t chunks, int64_t n) {
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = 0.f;
     for (int64_t c = 0; c < chunks; ++c) sum += partial[c * n + idx];
-    dbias[idx] = static_cast<T>(sum);
+    dbias[idx] = sum;
   }
 }
 
-int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
+int64_t tiles(int64_t n, int per) { return (n + per - 1) / per; }
 
 unsigned int grid_size(int64_t blocks) {
   MF_CHECK(blocks <= 0x7fffffff, "triangle_attention CUDA: ", blocks, " blocks exceed the grid limit");
@@ -738,23 +915,23 @@ void launch(Kernel kernel, dim3 grid, int bytes, cudaStream_t stream, Args... ar
 // (or, for dbias, one row r's tiles) run side by side and find them in L2.
 template <typename T, int D>
 void launch_forward(const TriangleAttentionParams& p, cudaStream_t stream) {
-  const dim3 grid(grid_size(p.B * p.R * p.H * tiles(p.N)));
-  launch(forward_kernel<T, D>, grid, forward_smem<T, D>(), stream, p, vector_width(p));
+  const dim3 grid(grid_size(p.B * p.R * p.H * tiles(p.N, kRows)));
+  launch(forward_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vector_width(p));
 }
 
 template <typename T, int D>
 void launch_backward(const TriangleAttentionParams& p, cudaStream_t stream) {
   const int vec = vector_width(p);
-  const dim3 grid(grid_size(p.B * p.R * p.H * tiles(p.N)));
-  launch(dq_kernel<T, D>, grid, dq_smem<T, D>(), stream, p, vec);
+  const dim3 grid(grid_size(p.B * p.R * p.H * tiles(p.N, kRows)));
+  launch(dq_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vec);
   launch(dkv_kernel<T, D>, grid, dkv_smem<T, D>(), stream, p, vec);
   if (p.dbias == nullptr) return;
   const int64_t chunks = dbias_partials_mma(p);
-  const dim3 bias_grid(grid_size(p.B * p.H * chunks * tiles(p.N) * tiles(p.N)));
+  const dim3 bias_grid(grid_size(p.B * p.H * chunks * tiles(p.N, kRows) * tiles(p.N, kCols)));
   launch(dbias_kernel<T, D>, bias_grid, dbias_smem<T, D>(), stream, p, vec, chunks);
   const int64_t n = p.B * p.H * p.N * p.N;
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>((n + 255) / 256, 4096));
-  dbias_reduce_kernel<T><<<blocks, 256, 0, stream>>>(p.dbias_partial, static_cast<T*>(p.dbias), chunks, n);
+  dbias_reduce_kernel<<<blocks, 256, 0, stream>>>(p.dbias_partial, p.dbias, chunks, n);
   MF_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -781,11 +958,11 @@ void dispatch_dtype(const TriangleAttentionParams& p, void* stream, bool backwar
 
 int64_t dbias_partials_mma(const TriangleAttentionParams& p) {
   if (p.bias == nullptr) return 0;
-  // Enough row chunks for ~16 blocks per SM (about five waves at three resident blocks per
-  // SM, so the last, partial wave costs little); no more chunks than rows.
+  // Enough row chunks for ~12 blocks per SM (about six waves at two resident blocks per SM,
+  // so the last, partial wave costs little); no more chunks than rows.
   static const int sms = sm_count();
-  const int64_t blocks = p.B * p.H * tiles(p.N) * tiles(p.N);
-  const int64_t want = (16 * sms + blocks - 1) / blocks;
+  const int64_t blocks = p.B * p.H * tiles(p.N, kRows) * tiles(p.N, kCols);
+  const int64_t want = (12 * sms + blocks - 1) / blocks;
   return std::max<int64_t>(1, std::min<int64_t>(want, p.R));
 }
 

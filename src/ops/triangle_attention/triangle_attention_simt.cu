@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttention
   if (j >= p.N) return;
   for (int ii = 0; ii < kBiasRows; ++ii) {
     const int64_t i = i0 + ii;
-    if (i < p.N) static_cast<float*>(p.dbias)[((b * p.H + h) * p.N + i) * p.N + j] = acc[ii];
+    if (i < p.N) p.dbias[((b * p.H + h) * p.N + i) * p.N + j] = acc[ii];
   }
 }
 
