@@ -14,7 +14,7 @@ namespace megafold::cli {
 int cache_main(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
       {"input", "DIR", "directory of mmCIF/PDB files (.gz too), searched recursively"},
-      {"msa", "DIR", "optional per-chain MSAs named <entry>_<chain>.a3m (author chain id)"},
+      {"msa", "DIR", "optional per-chain MSAs named <entry>_<chain>.a3m or .a3m.gz (author chain id)"},
       {"out", "CACHE", "cache directory (created; an existing one is completed, valid entries kept)"},
       {"jobs", "N", "worker threads (default: all cores)"},
       {"quiet", "", "no progress output"},

@@ -21,6 +21,7 @@ int loader_main(const std::vector<std::string>& argv) {
       {"samples", "K", "samples to build (default 200)"},
       {"workers", "N", "loader threads (default 2)"},
       {"seed", "N", "sample stream seed (default 0)"},
+      {"msa-rows", "N", "MSA rows drawn per sample, the query included (default 128)"},
       {"help", "", "show this help"},
   };
   const Args args(argv, specs);
@@ -45,12 +46,14 @@ int loader_main(const std::vector<std::string>& argv) {
   const int64_t samples = args.get_int("samples", 200);
   const int workers = static_cast<int>(args.get_int("workers", 2));
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
-  MF_CHECK(crop > 0 && samples > 0 && workers > 0, "--crop, --samples and --workers must be > 0");
+  const int64_t msa_rows = args.get_int("msa-rows", 128);
+  MF_CHECK(crop > 0 && samples > 0 && workers > 0 && msa_rows > 0,
+           "--crop, --samples, --workers and --msa-rows must be > 0");
   auto make = [&](int64_t k) {
     const std::string& file = files[mix_seed(seed, static_cast<uint64_t>(k)) % files.size()];
     const data::Entry e = cached ? data::read_entry_file(file) : data::load_entry(file);
     const auto tokens = data::training_crop(e, crop, {}, mix_seed(seed ^ 0x63726f70, static_cast<uint64_t>(k)));
-    return data::make_batch({&e}, {tokens}, crop);
+    return data::make_batch({&e}, {tokens}, crop, {msa_rows, mix_seed(seed ^ 0x6d7361, static_cast<uint64_t>(k))});
   };
   const auto t0 = std::chrono::steady_clock::now();
   {

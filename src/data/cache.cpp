@@ -238,12 +238,13 @@ struct Outcome {
   int64_t tokens = 0, chains = 0, msa_rows = 0;
 };
 
-// The MSA of each chain from <msa_dir>/<entry>_<chain>.a3m, where present.
+// The MSA of each chain from <msa_dir>/<entry>_<chain>.a3m (or .a3m.gz), where present.
 void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>& warnings) {
   if (msa_dir.empty()) return;
   e.msas.assign(e.n_chains(), Msa{});
   for (int c = 0; c < e.n_chains(); ++c) {
-    const fs::path file = fs::path(msa_dir) / (e.name + "_" + e.chain_ids[c] + ".a3m");
+    fs::path file = fs::path(msa_dir) / (e.name + "_" + e.chain_ids[c] + ".a3m");
+    if (!fs::exists(file)) file += ".gz";
     if (!fs::exists(file)) continue;
     std::vector<int8_t> seq;
     std::vector<int32_t> index;

@@ -35,7 +35,7 @@ Entry read_entry_file(const std::string& path);
 
 struct CacheOptions {
   std::string input;     // directory of mmCIF/PDB files (.gz too), searched recursively
-  std::string msa;       // optional directory of <entry>_<chain>.a3m files ("" = none)
+  std::string msa;       // optional directory of <entry>_<chain>.a3m[.gz] files ("" = none)
   std::string out;       // cache directory
   int jobs = 0;          // worker threads, 0 = all cores
   bool quiet = false;

@@ -1,12 +1,14 @@
 #include "data/features.h"
 
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/ops/from_blob.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/check.h"
+#include "core/seed.h"
 #include "data/reference_atoms.h"
 
 namespace megafold::data {
@@ -70,6 +72,26 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
     out.coords.insert(out.coords.end(), e.coords.begin() + 3 * a, e.coords.begin() + 3 * (a + kMaxAtomsPerToken));
     out.atom_mask.insert(out.atom_mask.end(), e.atom_mask.begin() + a, e.atom_mask.begin() + a + kMaxAtomsPerToken);
   }
+  if (!e.msas.empty()) {
+    // Each chain's MSA keeps the columns of its kept tokens (column i of a chain's MSA is that
+    // chain's token i).
+    std::vector<int32_t> column(e.n_tokens()), seen(e.n_chains(), 0);
+    for (int t = 0; t < e.n_tokens(); ++t) column[t] = seen[e.asym_id[t]]++;
+    std::vector<std::vector<int32_t>> kept(e.n_chains());
+    for (const int32_t i : tokens) kept[e.asym_id[i]].push_back(column[i]);
+    for (int c = 0; c < e.n_chains(); ++c) {
+      const Msa& m = e.msas[c];
+      Msa& o = out.msas[c];
+      if (m.depth == 0) continue;
+      o.length = static_cast<int64_t>(kept[c].size());
+      o.tokens.clear(), o.deletions.clear();
+      for (int64_t r = 0; r < m.depth; ++r)
+        for (const int32_t col : kept[c]) {
+          o.tokens.push_back(m.tokens[r * m.length + col]);
+          o.deletions.push_back(m.deletions[r * m.length + col]);
+        }
+    }
+  }
   return out;
 }
 
@@ -80,8 +102,9 @@ namespace {
 template <typename Fn>
 Batch map_tensors(const Batch& in, Fn&& fn) {
   Batch b = in;
-  for (at::Tensor* t : {&b.restype, &b.residue_index, &b.asym_id, &b.entity_id, &b.sym_id,
-                        &b.token_mask, &b.atom_coords, &b.atom_mask, &b.rep_coords, &b.rep_mask})
+  for (at::Tensor* t : {&b.restype, &b.residue_index, &b.asym_id, &b.entity_id, &b.sym_id, &b.token_mask,
+                        &b.atom_coords, &b.atom_mask, &b.rep_coords, &b.rep_mask, &b.msa, &b.msa_deletion,
+                        &b.msa_mask, &b.profile, &b.deletion_mean})
     *t = fn(*t);
   return b;
 }
@@ -97,7 +120,7 @@ Batch Batch::pinned() const {
 }
 
 Batch make_batch(const std::vector<const Entry*>& entries,
-                 const std::vector<std::vector<int32_t>>& selections, int pad_to) {
+                 const std::vector<std::vector<int32_t>>& selections, int pad_to, const MsaSampling& msa) {
   MF_CHECK(!entries.empty() && entries.size() == selections.size(),
            "make_batch: need one selection per entry");
   const int64_t B = static_cast<int64_t>(entries.size());
@@ -123,6 +146,24 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   out.rep_coords = at::zeros({B, N, 3}, f32);
   out.rep_mask = at::zeros({B, N}, f32);
 
+  std::vector<std::vector<int32_t>> sels(B);
+  std::vector<EntryMsa> msas(B);
+  int64_t S = 1;
+  for (int64_t b = 0; b < B; ++b) {
+    sels[b] = selections[b];
+    if (sels[b].empty()) {
+      sels[b].resize(entries[b]->n_tokens());
+      std::iota(sels[b].begin(), sels[b].end(), 0);
+    }
+    msas[b] = entry_msa(*entries[b], sels[b], {msa.max_rows, mix_seed(msa.seed, static_cast<uint64_t>(b))});
+    S = std::max(S, msas[b].rows);
+  }
+  out.msa = at::full({B, S, N}, kGapToken, i64);
+  out.msa_deletion = at::zeros({B, S, N}, f32);
+  out.msa_mask = at::zeros({B, S, N}, f32);
+  out.profile = at::zeros({B, N, kNumTokenTypes}, f32);
+  out.deletion_mean = at::zeros({B, N}, f32);
+
   auto restype = out.restype.accessor<int64_t, 2>();
   auto resid = out.residue_index.accessor<int64_t, 2>();
   auto asym = out.asym_id.accessor<int64_t, 2>();
@@ -133,14 +174,23 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   auto amask = out.atom_mask.accessor<float, 3>();
   auto rep = out.rep_coords.accessor<float, 3>();
   auto rmask = out.rep_mask.accessor<float, 2>();
+  auto mt = out.msa.accessor<int64_t, 3>();
+  auto md = out.msa_deletion.accessor<float, 3>();
+  auto mm = out.msa_mask.accessor<float, 3>();
   for (int64_t b = 0; b < B; ++b) {
     const Entry& e = *entries[b];
     out.names.push_back(e.name);
-    std::vector<int32_t> sel = selections[b];
-    if (sel.empty()) {
-      sel.resize(e.n_tokens());
-      std::iota(sel.begin(), sel.end(), 0);
-    }
+    const std::vector<int32_t>& sel = sels[b];
+    const EntryMsa& m = msas[b];
+    const int64_t n = static_cast<int64_t>(sel.size());
+    for (int64_t r = 0; r < m.rows; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        mt[b][r][i] = m.tokens[r * n + i];
+        md[b][r][i] = m.deletions[r * n + i];
+        mm[b][r][i] = 1.f;
+      }
+    out.profile[b].narrow(0, 0, n).copy_(at::from_blob(const_cast<float*>(m.profile.data()), {n, kNumTokenTypes}, f32));
+    out.deletion_mean[b].narrow(0, 0, n).copy_(at::from_blob(const_cast<float*>(m.deletion_mean.data()), {n}, f32));
     for (int64_t i = 0; i < static_cast<int64_t>(sel.size()); ++i) {
       const int t = sel[i];
       restype[b][i] = e.restype[t];

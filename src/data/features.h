@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data/msa_features.h"
 #include "data/structure.h"
 
 namespace megafold::data {
@@ -22,6 +23,13 @@ struct Batch {
   at::Tensor atom_mask;      // [B, N, kMaxAtomsPerToken] float
   at::Tensor rep_coords;     // [B, N, 3] distogram atom (CB; CA for glycine)
   at::Tensor rep_mask;       // [B, N] float
+  // MSA (data/msa_features.h): S = the most rows of any entry; padding rows and tokens are gaps
+  // with mask 0.
+  at::Tensor msa;            // [B, S, N] int64 token types
+  at::Tensor msa_deletion;   // [B, S, N] float deletion counts
+  at::Tensor msa_mask;       // [B, S, N] float, 1 = a real row at a real token
+  at::Tensor profile;        // [B, N, kNumTokenTypes] float
+  at::Tensor deletion_mean;  // [B, N] float
   std::vector<std::string> names;
 
   int64_t size() const { return restype.size(0); }
@@ -46,12 +54,14 @@ struct ReferenceFeatures {
 // reference atoms (gap, nucleic acids for now) get zero rows.
 ReferenceFeatures reference_features(const at::Tensor& restype);
 
-// The entry restricted to `tokens` (sorted token indices, e.g. a crop), chains and numbering kept.
+// The entry restricted to `tokens` (sorted token indices, e.g. a crop), chains, numbering and
+// MSAs (their columns of the kept tokens) kept.
 Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens);
 
 // Builds a batch from entries and their token selections (empty selection = all tokens),
-// padded to pad_to tokens (0 = the longest selection).
+// padded to pad_to tokens (0 = the longest selection). Entry b's MSA rows are drawn with seed
+// mix_seed(msa.seed, b).
 Batch make_batch(const std::vector<const Entry*>& entries,
-                 const std::vector<std::vector<int32_t>>& selections, int pad_to);
+                 const std::vector<std::vector<int32_t>>& selections, int pad_to, const MsaSampling& msa = {});
 
 }  // namespace megafold::data

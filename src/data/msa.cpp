@@ -1,8 +1,10 @@
 #include "data/msa.h"
 
+#include <zlib.h>
+
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <memory>
+#include <string>
 
 #include "core/check.h"
 #include "data/residue_constants.h"
@@ -80,12 +82,15 @@ Msa parse_a3m(std::string_view text, const std::string& origin) {
 }
 
 Msa load_a3m(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  // gzread passes plain files through unchanged, so .a3m and .a3m.gz take the same path.
+  const std::unique_ptr<gzFile_s, int (*)(gzFile)> in(gzopen(path.c_str(), "rb"), gzclose);
   if (!in) throw Error(path + ": cannot open MSA file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(path + ": read error");
-  return parse_a3m(ss.str(), path);
+  std::string text;
+  char buf[1 << 16];
+  int n = 0;
+  while ((n = gzread(in.get(), buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  if (n < 0) throw Error(path + ": read error (corrupt or truncated gzip?)");
+  return parse_a3m(text, path);
 }
 
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,

@@ -24,7 +24,8 @@ struct Msa {
 // any sequence gives an empty Msa (depth 0): a chain without alignment is single-sequence.
 Msa parse_a3m(std::string_view text, const std::string& origin);
 
-// Reads and parses an a3m file. Throws megafold::Error naming the file.
+// Reads and parses an a3m file, plain or gzip-compressed. Throws megafold::Error naming the
+// file.
 Msa load_a3m(const std::string& path);
 
 // The MSA of one chain restricted to that chain's tokens (observed residues), column i of the

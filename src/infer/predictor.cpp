@@ -38,7 +38,8 @@ Predictor::Predictor(const std::string& checkpoint, const PredictOptions& opts)
 PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_t seed) {
   MF_CHECK(samples >= 1, "predict: samples must be >= 1, got ", samples);
   at::NoGradGuard no_grad;
-  const data::Batch batch = data::make_batch({&e}, {{}}, 0).to(device_);
+  // The training run's MSA depth; the rows drawn depend on the seed as everything else does.
+  const data::Batch batch = data::make_batch({&e}, {{}}, 0, {cfg_.data.msa_rows, seed}).to(device_);
   model::Prediction p;
   {
     model::AutocastScope ac(at::kCUDA, autocast_, at::kBFloat16);

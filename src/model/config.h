@@ -40,6 +40,17 @@ struct ConfidenceConfig {
   double weight = 1e-4;         // alpha_confidence (AF3 SI Sec. 4.2)
 };
 
+// MSA module (AF3 SI Alg. 8-10): the MSA rows the loader drew update the pair representation
+// through outer-product means before every trunk pass. n_blocks = 0 leaves it out.
+struct MsaConfig {
+  int64_t n_blocks = 4;      // AF3: 4
+  int64_t c_m = 64;          // MSA channels
+  int64_t opm_hidden = 32;   // c of the outer product mean (Alg. 9)
+  int64_t heads = 8;         // pair-weighted averaging (Alg. 10)
+  int64_t head_dim = 8;
+  double dropout = 0.15;     // row-wise dropout of the pair-weighted averaging (Alg. 8)
+};
+
 struct ModelConfig {
   int64_t c_s = 384;                 // single representation channels
   int64_t c_z = 128;                 // pair representation channels
@@ -61,6 +72,7 @@ struct ModelConfig {
   // LayerNorm + linear (Alg. 1 lines 8-11). Training draws 1..recycles passes per step from the
   // step seed and backpropagates through the last only; inference always runs `recycles`.
   int64_t recycles = 1;
+  MsaConfig msa;                     // MSA module (off when msa.n_blocks == 0)
   DiffusionConfig diffusion;         // structure module (off unless diffusion.samples > 0)
   ConfidenceConfig confidence;       // pLDDT head (off unless confidence.n_blocks > 0)
 };

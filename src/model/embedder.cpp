@@ -43,17 +43,20 @@ at::Tensor RelativePositionEncodingImpl::forward(const data::Batch& batch) {
 }
 
 InputEmbedderImpl::InputEmbedderImpl(const ModelConfig& cfg) {
-  w_s_ = register_parameter("w_s", lecun_normal(cfg.c_s, data::kNumTokenTypes));
-  w_z_i_ = register_parameter("w_z_i", lecun_normal(cfg.c_z, data::kNumTokenTypes));
-  w_z_j_ = register_parameter("w_z_j", lecun_normal(cfg.c_z, data::kNumTokenTypes));
+  w_s_ = register_parameter("w_s", lecun_normal(cfg.c_s, kSInputs));
+  w_z_i_ = register_parameter("w_z_i", lecun_normal(cfg.c_z, kSInputs));
+  w_z_j_ = register_parameter("w_z_j", lecun_normal(cfg.c_z, kSInputs));
   relpos_ = register_module("relpos",
                             RelativePositionEncoding(cfg.c_z, cfg.relpos_r_max, cfg.relpos_s_max));
 }
 
 Embedding InputEmbedderImpl::forward(const data::Batch& batch) {
-  // AF3 SI Alg. 1 lines 1-5 (no MSA, templates or token bonds yet).
+  // AF3 SI Alg. 1 lines 1-5 (no templates or token bonds yet).
   Embedding e;
-  e.s_inputs = F::one_hot(batch.restype, data::kNumTokenTypes).to(w_s_.scalar_type());
+  e.s_inputs = torch::cat({F::one_hot(batch.restype, data::kNumTokenTypes).to(w_s_.scalar_type()),
+                           batch.profile.to(w_s_.scalar_type()),
+                           batch.deletion_mean.unsqueeze(-1).to(w_s_.scalar_type())},
+                          -1);
   e.s = torch::linear(e.s_inputs, w_s_);
   e.z = torch::linear(e.s_inputs, w_z_i_).unsqueeze(2) +
         torch::linear(e.s_inputs, w_z_j_).unsqueeze(1) + relpos_->forward(batch);

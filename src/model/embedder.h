@@ -1,12 +1,17 @@
 #pragma once
-// Input embedding for protein tokens (AF3 SI Alg. 1 lines 1-5 without MSA/templates/atoms,
-// and Alg. 3 relative position encoding).
+// Input embedding for protein tokens (AF3 SI Alg. 1 lines 1-5 without templates and the atom
+// encoder's per-token features, and Alg. 3 relative position encoding).
 #include <torch/nn/module.h>
 
 #include "data/features.h"
+#include "data/residue_constants.h"
 #include "model/config.h"
 
 namespace megafold::model {
+
+// Width of s_inputs: token type one-hot, MSA profile and deletion mean (AF3 Alg. 2 without the
+// atom encoder's features).
+constexpr int64_t kSInputs = 2 * data::kNumTokenTypes + 1;
 
 struct Embedding {
   at::Tensor s_inputs;  // [B, N, c_s_inputs]  per-token input features

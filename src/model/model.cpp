@@ -13,12 +13,13 @@ MegaFoldImpl::MegaFoldImpl(const ModelConfig& cfg) : cfg_(cfg) {
   MF_CHECK(cfg.confidence.n_blocks == 0 || cfg.diffusion.samples > 0,
            "model.confidence needs the diffusion module (model.diffusion.samples > 0)");
   embedder_ = register_module("embedder", InputEmbedder(cfg));
+  if (cfg.msa.n_blocks > 0) msa_ = register_module("msa", MsaModule(cfg));
   pairformer_ = register_module("pairformer", PairformerStack(cfg));
   distogram_ = register_module("distogram", DistogramHead(cfg));
   if (cfg.diffusion.samples > 0)
-    diffusion_ = register_module("diffusion", DiffusionModule(cfg.diffusion, cfg, data::kNumTokenTypes));
+    diffusion_ = register_module("diffusion", DiffusionModule(cfg.diffusion, cfg, kSInputs));
   if (cfg.confidence.n_blocks > 0)
-    confidence_ = register_module("confidence", ConfidenceHead(cfg, data::kNumTokenTypes));
+    confidence_ = register_module("confidence", ConfidenceHead(cfg, kSInputs));
   if (cfg.recycles > 1) {
     // Zero projections: every pass starts as the first until recycling proves useful.
     ln_z_prev_w_ = register_parameter("ln_z_prev_weight", torch::ones({cfg.c_z}));
@@ -49,6 +50,7 @@ TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_see
     }
     // The last pass keeps dropout_seed itself, so a single pass draws the masks it always did.
     const uint64_t seed = last ? dropout_seed : mix_seed(dropout_seed, 0x72656379 + c);  // "recy"
+    if (!msa_.is_empty()) st.z = msa_->forward(batch, emb.s_inputs, st.z, pair_mask, mix_seed(seed, 0x6d7361));
     prev = pairformer_->forward(st, token_mask, pair_mask, seed);
     if (!last) prev = {prev.s.detach(), prev.z.detach()};
   }

@@ -1,8 +1,8 @@
 #pragma once
-// The model: input embedding -> recycled Pairformer stack -> distogram head, and, when
-// model.diffusion.samples > 0, the diffusion module on the trunk's s and z, and, when
-// model.confidence.n_blocks > 0, the pLDDT head on sampled structures (AF3 SI Alg. 1, 20 and
-// 31; the MSA and template modules come later).
+// The model: input embedding -> recycled (MSA module -> Pairformer stack) -> distogram head,
+// and, when model.diffusion.samples > 0, the diffusion module on the trunk's s and z, and, when
+// model.confidence.n_blocks > 0, the pLDDT head on sampled structures (AF3 SI Alg. 1, 8, 20
+// and 31; the template module comes later).
 #include <torch/nn/module.h>
 
 #include "data/features.h"
@@ -11,6 +11,7 @@
 #include "model/embedder.h"
 #include "model/diffusion_module.h"
 #include "model/heads.h"
+#include "model/msa_module.h"
 #include "model/pairformer.h"
 
 namespace megafold::model {
@@ -58,6 +59,7 @@ class MegaFoldImpl : public torch::nn::Module {
  private:
   ModelConfig cfg_;
   InputEmbedder embedder_{nullptr};
+  MsaModule msa_{nullptr};
   PairformerStack pairformer_{nullptr};
   DistogramHead distogram_{nullptr};
   DiffusionModule diffusion_{nullptr};

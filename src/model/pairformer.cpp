@@ -10,14 +10,32 @@
 
 namespace megafold::model {
 
-PairformerBlockImpl::PairformerBlockImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
+PairStackImpl::PairStackImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
   tri_mul_out_ = register_module("tri_mul_out", TriangleMultiplication(cfg.c_z, cfg.tri_mul_hidden, true));
   tri_mul_in_ = register_module("tri_mul_in", TriangleMultiplication(cfg.c_z, cfg.tri_mul_hidden, false));
   tri_attn_start_ = register_module(
       "tri_attn_start", TriangleAttention(cfg.c_z, cfg.tri_attn_heads, cfg.tri_attn_head_dim, true));
   tri_attn_end_ = register_module(
       "tri_attn_end", TriangleAttention(cfg.c_z, cfg.tri_attn_heads, cfg.tri_attn_head_dim, false));
-  pair_transition_ = register_module("pair_transition", Transition(cfg.c_z, cfg.transition_factor));
+  transition_ = register_module("transition", Transition(cfg.c_z, cfg.transition_factor));
+}
+
+at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed) {
+  const bool train = is_training();
+  auto drop = [&](const at::Tensor& x, DropoutAxis axis, uint64_t site) {
+    return shared_dropout(x, dropout_, axis, train, mix_seed(dropout_seed, site));
+  };
+  // AF3 SI Alg. 17 lines 2-6
+  at::Tensor z = z_in;
+  z = z + drop(tri_mul_out_->forward(z, pair_mask), DropoutAxis::kRowwise, 0);
+  z = z + drop(tri_mul_in_->forward(z, pair_mask), DropoutAxis::kRowwise, 1);
+  z = z + drop(tri_attn_start_->forward(z, pair_mask), DropoutAxis::kRowwise, 2);
+  z = z + drop(tri_attn_end_->forward(z, pair_mask), DropoutAxis::kColumnwise, 3);
+  return z + transition_->forward(z);
+}
+
+PairformerBlockImpl::PairformerBlockImpl(const ModelConfig& cfg) {
+  pair_ = register_module("pair", PairStack(cfg));
   single_attention_ = register_module(
       "single_attention",
       AttentionPairBias(cfg.c_s, cfg.c_z, cfg.single_attn_heads, cfg.single_attn_head_dim));
@@ -28,17 +46,8 @@ PairformerBlockImpl::PairformerBlockImpl(const ModelConfig& cfg) : dropout_(cfg.
 PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const at::Tensor& token_mask,
                                              const at::Tensor& pair_mask, uint64_t dropout_seed) {
-  const bool train = is_training();
-  auto drop = [&](const at::Tensor& x, DropoutAxis axis, uint64_t site) {
-    return shared_dropout(x, dropout_, axis, train, mix_seed(dropout_seed, site));
-  };
   // AF3 SI Alg. 17
-  at::Tensor z = in.z;
-  z = z + drop(tri_mul_out_->forward(z, pair_mask), DropoutAxis::kRowwise, 0);
-  z = z + drop(tri_mul_in_->forward(z, pair_mask), DropoutAxis::kRowwise, 1);
-  z = z + drop(tri_attn_start_->forward(z, pair_mask), DropoutAxis::kRowwise, 2);
-  z = z + drop(tri_attn_end_->forward(z, pair_mask), DropoutAxis::kColumnwise, 3);
-  z = z + pair_transition_->forward(z);
+  const at::Tensor z = pair_->forward(in.z, pair_mask, dropout_seed);
   at::Tensor s = in.s;
   s = s + single_attention_->forward(s, z, token_mask);
   s = s + single_transition_->forward(s);

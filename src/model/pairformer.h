@@ -1,5 +1,6 @@
 #pragma once
-// Pairformer stack (AF3 SI Alg. 17).
+// Pairformer stack (AF3 SI Alg. 17) and its pair-update half, which the MSA module's blocks
+// share (Alg. 8 lines 9-13).
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
@@ -15,6 +16,21 @@ struct PairformerState {
   at::Tensor z;  // [B, N, N, c_z]
 };
 
+// Triangle updates, triangle attention and transition of the pair representation, each a
+// residual branch with its AF3 dropout; masks are drawn from dropout_seed.
+class PairStackImpl : public torch::nn::Module {
+ public:
+  explicit PairStackImpl(const ModelConfig& cfg);
+  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask, uint64_t dropout_seed);  // [B,N,N,c_z]
+
+ private:
+  double dropout_;
+  TriangleMultiplication tri_mul_out_{nullptr}, tri_mul_in_{nullptr};
+  TriangleAttention tri_attn_start_{nullptr}, tri_attn_end_{nullptr};
+  Transition transition_{nullptr};
+};
+TORCH_MODULE(PairStack);
+
 class PairformerBlockImpl : public torch::nn::Module {
  public:
   explicit PairformerBlockImpl(const ModelConfig& cfg);
@@ -23,10 +39,8 @@ class PairformerBlockImpl : public torch::nn::Module {
                           const at::Tensor& pair_mask, uint64_t dropout_seed);
 
  private:
-  double dropout_;
-  TriangleMultiplication tri_mul_out_{nullptr}, tri_mul_in_{nullptr};
-  TriangleAttention tri_attn_start_{nullptr}, tri_attn_end_{nullptr};
-  Transition pair_transition_{nullptr}, single_transition_{nullptr};
+  PairStack pair_{nullptr};
+  Transition single_transition_{nullptr};
   AttentionPairBias single_attention_{nullptr};
 };
 TORCH_MODULE(PairformerBlock);

@@ -58,6 +58,21 @@ void apply_diffusion(const json& j, model::DiffusionConfig& d, const std::string
   read(j, "sample_chunk", d.sample_chunk, w);
 }
 
+void apply_msa(const json& j, model::MsaConfig& m, const std::string& w) {
+  reject_unknown(j, {"n_blocks", "c_m", "opm_hidden", "heads", "head_dim", "dropout"}, w);
+  read(j, "n_blocks", m.n_blocks, w);
+  read(j, "c_m", m.c_m, w);
+  read(j, "opm_hidden", m.opm_hidden, w);
+  read(j, "heads", m.heads, w);
+  read(j, "head_dim", m.head_dim, w);
+  read(j, "dropout", m.dropout, w);
+}
+
+json msa_json(const model::MsaConfig& m) {
+  return {{"n_blocks", m.n_blocks}, {"c_m", m.c_m}, {"opm_hidden", m.opm_hidden},
+          {"heads", m.heads}, {"head_dim", m.head_dim}, {"dropout", m.dropout}};
+}
+
 void apply_confidence(const json& j, model::ConfidenceConfig& c, const std::string& w) {
   reject_unknown(j, {"n_blocks", "plddt_bins", "distance_bins", "distance_min", "distance_max", "rollout_steps",
                      "every", "weight"}, w);
@@ -89,7 +104,8 @@ void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
   reject_unknown(j, {"c_s", "c_z", "n_blocks", "tri_attn_heads", "tri_attn_head_dim", "tri_mul_hidden",
                      "single_attn_heads", "single_attn_head_dim", "transition_factor", "dropout",
                      "relpos_r_max", "relpos_s_max", "distogram_bins", "distogram_min",
-                     "distogram_max", "checkpoint_blocks", "recycles", "diffusion", "confidence"}, w);
+                     "distogram_max", "checkpoint_blocks", "recycles", "msa", "diffusion", "confidence"}, w);
+  if (j.contains("msa")) apply_msa(j["msa"], m.msa, w + " [msa]");
   if (j.contains("diffusion")) apply_diffusion(j["diffusion"], m.diffusion, w + " [diffusion]");
   if (j.contains("confidence")) apply_confidence(j["confidence"], m.confidence, w + " [confidence]");
   read(j, "recycles", m.recycles, w);
@@ -113,7 +129,8 @@ void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
 
 void apply_data(const json& j, DataConfig& d, const std::string& w) {
   reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size", "overfit", "crop_contiguous", "crop_spatial",
-                     "crop_spatial_interface", "workers", "prefetch", "weights"}, w);
+                     "crop_spatial_interface", "workers", "prefetch", "weights", "msa_rows"}, w);
+  read(j, "msa_rows", d.msa_rows, w);
   read(j, "weights", d.weights, w);
   read(j, "workers", d.workers, w);
   read(j, "prefetch", d.prefetch, w);
@@ -185,6 +202,7 @@ void validate(const TrainConfig& c, const std::string& origin) {
   positive(c.model.single_attn_head_dim, "model.single_attn_head_dim");
   positive(c.model.transition_factor, "model.transition_factor");
   positive(c.data.crop_size, "data.crop_size");
+  positive(c.data.msa_rows, "data.msa_rows");
   positive(c.data.workers, "data.workers");
   positive(c.data.prefetch, "data.prefetch");
   if (!(c.data.crop_contiguous >= 0 && c.data.crop_spatial >= 0 && c.data.crop_spatial_interface >= 0) ||
@@ -238,6 +256,15 @@ void validate(const TrainConfig& c, const std::string& origin) {
     non_negative(d.sample_chunk, "model.diffusion.sample_chunk");
   }
   positive(c.model.recycles, "model.recycles");
+  const model::MsaConfig& msa = c.model.msa;
+  non_negative(msa.n_blocks, "model.msa.n_blocks");
+  if (msa.n_blocks > 0) {
+    positive(msa.c_m, "model.msa.c_m");
+    positive(msa.opm_hidden, "model.msa.opm_hidden");
+    positive(msa.heads, "model.msa.heads");
+    positive(msa.head_dim, "model.msa.head_dim");
+    if (!(msa.dropout >= 0 && msa.dropout < 1)) throw Error(origin + ": 'model.msa.dropout' must be in [0, 1)");
+  }
   const model::ConfidenceConfig& k = c.model.confidence;
   non_negative(k.n_blocks, "model.confidence.n_blocks");
   if (k.n_blocks > 0) {
@@ -318,13 +345,13 @@ std::string to_json(const TrainConfig& c) {
                  {"relpos_r_max", m.relpos_r_max}, {"relpos_s_max", m.relpos_s_max},
                  {"distogram_bins", m.distogram_bins}, {"distogram_min", m.distogram_min},
                  {"distogram_max", m.distogram_max}, {"checkpoint_blocks", m.checkpoint_blocks},
-                 {"recycles", m.recycles}, {"diffusion", diffusion_json(m.diffusion)},
+                 {"recycles", m.recycles}, {"msa", msa_json(m.msa)}, {"diffusion", diffusion_json(m.diffusion)},
                  {"confidence", confidence_json(m.confidence)}}},
       {"data", {{"dir", c.data.dir}, {"crop_size", c.data.crop_size},
                 {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size},
                 {"overfit", c.data.overfit}, {"crop_contiguous", c.data.crop_contiguous},
                 {"crop_spatial", c.data.crop_spatial}, {"crop_spatial_interface", c.data.crop_spatial_interface},
-                {"weights", c.data.weights}, {"workers", c.data.workers}, {"prefetch", c.data.prefetch}}},
+                {"weights", c.data.weights}, {"msa_rows", c.data.msa_rows}, {"workers", c.data.workers}, {"prefetch", c.data.prefetch}}},
       {"optim", {{"lr", c.optim.lr}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
                  {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay},
                  {"warmup_steps", c.optim.warmup_steps}, {"decay_every", c.optim.decay_every},

@@ -23,6 +23,9 @@ struct DataConfig {
   // Optional per-entry sampling weights, a TSV of "entry<TAB>weight" (e.g. 1 / cluster size);
   // "" samples every entry once per epoch.
   std::string weights;
+  // MSA rows per example, the query included: the loader draws them from each entry's
+  // (unpaired) MSA as a pure function of (seed, step, sample) (data/msa_features.h).
+  int64_t msa_rows = 128;
   // Loader threads building batches ahead, and how many steps ahead (no effect on the batches).
   int64_t workers = 2;
   int64_t prefetch = 4;

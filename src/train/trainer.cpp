@@ -39,6 +39,7 @@ namespace {
 constexpr uint64_t kCropSalt = 0x63726f70;     // "crop"
 constexpr uint64_t kDropoutSalt = 0x64726f70;  // "drop"
 constexpr uint64_t kValidationSalt = 0x76616c; // "val"
+constexpr uint64_t kMsaSalt = 0x6d7361;        // "msa"
 constexpr uint64_t kNoiseSalt = 0x6e6f6973;    // "nois": diffusion noise, augmentation, levels
 constexpr uint64_t kRecycleSalt = 0x72656379;  // "recy": trunk passes per training step
 
@@ -76,7 +77,9 @@ data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint
     entries.push_back(entry);
     crops.push_back(std::move(crop));
   }
-  return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size));
+  // Entry b of the batch draws its MSA rows with mix_seed(msa seed, b): a function of (seed, g).
+  const data::MsaSampling msa{cfg.data.msa_rows, mix_seed(seed ^ kMsaSalt, static_cast<uint64_t>(step))};
+  return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size), msa);
 }
 
 struct Validation {
@@ -96,7 +99,9 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
     // Fixed crops, independent of the run seed and of the other entries, so runs compare.
     const auto crop = data::contiguous_crop(e, static_cast<int>(cfg.data.val_crop_size),
                                             mix_seed(kValidationSalt, fnv1a32(e.name)));
-    const data::Batch batch = data::make_batch({&e}, {crop}, 0).to(device);
+    const data::Batch batch =
+        data::make_batch({&e}, {crop}, 0, {cfg.data.msa_rows, mix_seed(kValidationSalt ^ kMsaSalt, fnv1a32(e.name))})
+            .to(device);
     model::AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
     const model::TrunkOutput out = model->forward(batch, 0);
     const model::DistogramMetrics m =

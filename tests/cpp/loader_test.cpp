@@ -3,6 +3,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+
 #include "core/check.h"
 #include "core/seed.h"
 #include "data/crop.h"
@@ -17,17 +22,44 @@ const Dataset& dataset() {
   return ds;
 }
 
-// As the trainer builds a step's batch: entries of the sample stream, mixed crops, one seed.
+// The bundled entries carry no MSAs; these copies get a random 6-row MSA per chain, so the
+// MSA rows the loader draws are part of what must not depend on the workers.
+const Entry& with_msa(const Entry& e) {
+  static std::mutex mutex;
+  static std::map<std::string, Entry> copies;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, added] = copies.try_emplace(e.name, e);
+  if (added) {
+    Entry& c = it->second;
+    std::mt19937_64 rng(fnv1a32(e.name));
+    c.msas.assign(c.n_chains(), Msa{});
+    for (int ch = 0; ch < c.n_chains(); ++ch) {
+      Msa& m = c.msas[ch];
+      for (int t = 0; t < c.n_tokens(); ++t) m.length += c.asym_id[t] == ch;
+      m.depth = 6;
+      for (int t = 0; t < c.n_tokens(); ++t)
+        if (c.asym_id[t] == ch) m.tokens.push_back(c.restype[t]), m.deletions.push_back(0);
+      for (int64_t x = m.length; x < m.depth * m.length; ++x) {
+        m.tokens.push_back(static_cast<int8_t>(rng() % 21));
+        m.deletions.push_back(static_cast<uint8_t>(rng() % 3));
+      }
+    }
+  }
+  return it->second;
+}
+
+// As the trainer builds a step's batch: entries of the sample stream, mixed crops, MSA rows,
+// one seed.
 Batch batch_of_step(int64_t k) {
   std::vector<const Entry*> entries;
   std::vector<std::vector<int32_t>> crops;
   for (int64_t b = 0; b < 2; ++b) {
     const uint64_t g = static_cast<uint64_t>(2 * k + b);
-    const Entry& e = dataset().sample(7, g);
+    const Entry& e = with_msa(dataset().sample(7, g));
     entries.push_back(&e);
     crops.push_back(training_crop(e, 48, {}, mix_seed(7, g)));
   }
-  return make_batch(entries, crops, 48);
+  return make_batch(entries, crops, 48, {4, mix_seed(7, static_cast<uint64_t>(k))});
 }
 
 std::vector<Batch> run(int workers, int64_t first, int64_t end, int depth) {
@@ -43,6 +75,10 @@ void expect_same(const Batch& a, const Batch& b, int64_t step) {
   EXPECT_TRUE(at::equal(a.residue_index, b.residue_index)) << step;
   EXPECT_TRUE(at::equal(a.atom_coords, b.atom_coords)) << step;
   EXPECT_TRUE(at::equal(a.token_mask, b.token_mask)) << step;
+  EXPECT_TRUE(at::equal(a.msa, b.msa)) << step;
+  EXPECT_TRUE(at::equal(a.msa_deletion, b.msa_deletion)) << step;
+  EXPECT_TRUE(at::equal(a.msa_mask, b.msa_mask)) << step;
+  EXPECT_TRUE(at::equal(a.profile, b.profile)) << step;
 }
 
 TEST(Loader, SameBatchesForAnyWorkerCountAndAfterResume) {
@@ -53,8 +89,9 @@ TEST(Loader, SameBatchesForAnyWorkerCountAndAfterResume) {
   }
   const auto resumed = run(8, 11, 24, 4);  // a run resumed at step 11
   for (int64_t k = 11; k < 24; ++k) expect_same(resumed[k - 11], one[k], k);
-  // Consecutive steps differ (the stream moves on).
+  // Consecutive steps differ (the stream moves on), MSA rows drawn included.
   EXPECT_FALSE(at::equal(one[0].restype, one[1].restype));
+  EXPECT_EQ(one[0].msa.size(1), 4);
 }
 
 TEST(Loader, AFailingBatchIsReportedWithItsStep) {

@@ -27,6 +27,7 @@ ModelConfig tiny_config() {
   c.single_attn_heads = 2;
   c.single_attn_head_dim = 4;
   c.dropout = 0.25;
+  c.msa.n_blocks = 1, c.msa.c_m = 8, c.msa.opm_hidden = 4, c.msa.heads = 2, c.msa.head_dim = 4;
   return c;
 }
 

@@ -117,6 +117,7 @@ TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {
   model::ModelConfig mc;
   mc.c_s = 8, mc.c_z = 4, mc.n_blocks = 1, mc.tri_attn_heads = 1, mc.tri_attn_head_dim = 2,
   mc.tri_mul_hidden = 2, mc.single_attn_heads = 1, mc.single_attn_head_dim = 2;
+  mc.msa.n_blocks = 1, mc.msa.c_m = 4, mc.msa.opm_hidden = 2, mc.msa.heads = 1, mc.msa.head_dim = 2;
   model::MegaFold m(mc);
   auto params = m->parameters();
   torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3));
