@@ -95,6 +95,11 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
   return out;
 }
 
+std::vector<at::Tensor*> Batch::tensors() {
+  return {&restype,  &residue_index, &asym_id,  &entity_id,    &sym_id,   &token_mask, &atom_coords,  &atom_mask,
+          &rep_coords, &rep_mask,    &msa,      &msa_deletion, &msa_mask, &profile,    &deletion_mean};
+}
+
 int64_t Batch::real_tokens() const { return token_mask.sum().item<double>(); }
 
 namespace {
@@ -102,10 +107,7 @@ namespace {
 template <typename Fn>
 Batch map_tensors(const Batch& in, Fn&& fn) {
   Batch b = in;
-  for (at::Tensor* t : {&b.restype, &b.residue_index, &b.asym_id, &b.entity_id, &b.sym_id, &b.token_mask,
-                        &b.atom_coords, &b.atom_mask, &b.rep_coords, &b.rep_mask, &b.msa, &b.msa_deletion,
-                        &b.msa_mask, &b.profile, &b.deletion_mean})
-    *t = fn(*t);
+  for (at::Tensor* t : b.tensors()) *t = fn(*t);
   return b;
 }
 

@@ -35,6 +35,7 @@ struct Batch {
   int64_t size() const { return restype.size(0); }
   int64_t n_tokens() const { return restype.size(1); }
   int64_t real_tokens() const;  // sum of token_mask
+  std::vector<at::Tensor*> tensors();  // every tensor field
   Batch to(const at::Device& device) const;
   Batch pinned() const;  // the tensors in page-locked host memory (needs CUDA)
 };

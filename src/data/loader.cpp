@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include "core/check.h"
 
 namespace megafold::data {
@@ -74,6 +77,40 @@ Batch BatchPrefetcher::next() {
   lock.unlock();
   changed_.notify_all();
   return b;
+}
+
+DeviceBatches::DeviceBatches(BatchPrefetcher& host, const c10::Device& device, int64_t count)
+    : host_(host), device_(device), left_(count) {
+  if (!device_.is_cuda()) return;
+  const c10::impl::VirtualGuardImpl impl(device_.type());
+  side_ = impl.getStreamFromGlobalPool(device_);
+  copied_.emplace(device_.type());
+}
+
+void DeviceBatches::issue_copy() {
+  const Batch host = host_.next();  // pinned: the copies below run asynchronously
+  --left_;
+  const c10::StreamGuard on_side(*side_);
+  ahead_ = host.to(device_);
+  copied_->record(*side_);
+}
+
+Batch DeviceBatches::next() {
+  MF_CHECK(left_ > 0 || ahead_.has_value(), "DeviceBatches: no batch left");
+  if (!device_.is_cuda()) {
+    --left_;
+    return host_.next();
+  }
+  if (!ahead_) issue_copy();
+  Batch batch = std::move(*ahead_);
+  ahead_.reset();
+  const c10::Stream compute = c10::impl::VirtualGuardImpl(device_.type()).getStream(device_);
+  copied_->block(compute);
+  // The side stream allocated these tensors; the allocator must not hand their memory out
+  // again before the compute stream is done with them.
+  for (const at::Tensor* t : batch.tensors()) t->record_stream(compute);
+  if (left_ > 0) issue_copy();
+  return batch;
 }
 
 }  // namespace megafold::data

@@ -253,12 +253,13 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   data::BatchPrefetcher batches([&](int64_t k) { return training_batch(ds, cfg, cfg.seed, k); }, start, cfg.steps,
                                 static_cast<int>(cfg.data.workers), static_cast<int>(cfg.data.prefetch),
                                 device.is_cuda());
+  data::DeviceBatches device_batches(batches, device, cfg.steps - start);
   int64_t step = start;
   std::optional<std::pair<double, double>> last_plddt;  // pLDDT loss and rollout lDDT
   while (step < cfg.steps && !g_stop_requested) {
     const auto t0 = std::chrono::steady_clock::now();
     const double waited = batches.wait_seconds();
-    const data::Batch batch = batches.next().to(device);
+    const data::Batch batch = device_batches.next();
     const double data_wait_ms = (batches.wait_seconds() - waited) * 1e3;
     const double lr = learning_rate(cfg.optim, step);
     for (auto& group : optimizer.param_groups())

@@ -94,6 +94,24 @@ TEST(Loader, SameBatchesForAnyWorkerCountAndAfterResume) {
   EXPECT_EQ(one[0].msa.size(1), 4);
 }
 
+// Batches handed out by DeviceBatches are the host batches, on the device (on a GPU through
+// the side-stream copies, checked against batches built again on the host).
+TEST(Loader, DeviceBatchesAreTheHostBatchesOnTheDevice) {
+  std::vector<c10::Device> devices = {c10::Device(c10::kCPU)};
+  if (at::hasCUDA()) devices.emplace_back(c10::kCUDA, 0);
+  for (const c10::Device& device : devices) {
+    BatchPrefetcher host(batch_of_step, 3, 9, 2, 3, device.is_cuda());
+    DeviceBatches on_device(host, device, 6);
+    for (int64_t k = 3; k < 9; ++k) {
+      Batch b = on_device.next();
+      EXPECT_EQ(b.msa.device(), device);
+      for (at::Tensor* t : b.tensors()) *t = t->cpu();  // blocking copies back
+      expect_same(b, batch_of_step(k), k);
+    }
+    EXPECT_THROW(on_device.next(), Error);
+  }
+}
+
 TEST(Loader, AFailingBatchIsReportedWithItsStep) {
   BatchPrefetcher p(
       [](int64_t k) {
