@@ -10,6 +10,7 @@
 #include "data/residue_constants.h"
 #include "model/dropout.h"
 #include "model/embedder.h"
+#include "model/recompute.h"
 
 namespace megafold::model {
 namespace F = torch::nn::functional;
@@ -90,7 +91,7 @@ void MsaBlockImpl::forward(at::Tensor& m, at::Tensor& z, const at::Tensor& msa_m
   z = pair_->forward(z, pair_mask, dropout_seed);
 }
 
-MsaModuleImpl::MsaModuleImpl(const ModelConfig& cfg) {
+MsaModuleImpl::MsaModuleImpl(const ModelConfig& cfg) : checkpoint_(cfg.checkpoint_blocks) {
   MF_CHECK(cfg.msa.n_blocks >= 1, "MsaModule: model.msa.n_blocks must be >= 1");
   w_m_ = register_parameter("w_m", lecun_normal(cfg.msa.c_m, kMsaFeatures));
   w_s_ = register_parameter("w_s", lecun_normal(cfg.msa.c_m, kSInputs));
@@ -109,8 +110,30 @@ at::Tensor MsaModuleImpl::forward(const data::Batch& batch, const at::Tensor& s_
           .to(w_m_.scalar_type());
   at::Tensor m = torch::linear(features, w_m_) + torch::linear(s_inputs, w_s_).unsqueeze(1);
   at::Tensor z = z_in;
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    blocks_[i]->forward(m, z, batch.msa_mask, batch.token_mask, pair_mask, mix_seed(dropout_seed, i));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const uint64_t seed = mix_seed(dropout_seed, i);
+    MsaBlockImpl& block = *blocks_[i];
+    if (!(checkpoint_ && is_training() && at::GradMode::is_enabled())) {
+      block.forward(m, z, batch.msa_mask, batch.token_mask, pair_mask, seed);
+      continue;
+    }
+    // Recomputed in backward like the Pairformer blocks; the last block leaves m as it is, so
+    // only z comes out of it.
+    const bool last = i + 1 == blocks_.size();
+    auto run = [&block, msa_mask = batch.msa_mask, token_mask = batch.token_mask, pair_mask, seed,
+                last](const std::vector<at::Tensor>& x) {
+      at::Tensor bm = x[0], bz = x[1];
+      block.forward(bm, bz, msa_mask, token_mask, pair_mask, seed);
+      return last ? std::vector<at::Tensor>{bz} : std::vector<at::Tensor>{bm, bz};
+    };
+    const std::vector<at::Tensor> out = checkpointed(run, {m, z});
+    if (last) {
+      z = out[0];
+    } else {
+      m = out[0];
+      z = out[1];
+    }
+  }
   return z;
 }
 

@@ -4,6 +4,7 @@
 // outer product mean, the MSA with pair-weighted averaging and a transition, and the pair
 // representation with the Pairformer's pair stack. The last block skips the MSA updates (its
 // MSA would not be read again). The MSA itself is not returned: only z leaves the module.
+// With model.checkpoint_blocks each block is recomputed in backward, as the Pairformer's are.
 #include <torch/nn/module.h>
 
 #include <cstdint>
@@ -69,6 +70,7 @@ class MsaModuleImpl : public torch::nn::Module {
                      const at::Tensor& pair_mask, uint64_t dropout_seed);
 
  private:
+  bool checkpoint_;  // recompute each block in backward (model.checkpoint_blocks)
   at::Tensor w_m_, w_s_;
   std::vector<MsaBlock> blocks_;
 };

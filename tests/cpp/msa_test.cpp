@@ -259,5 +259,31 @@ TEST(MsaModule, PaddingRowsChangeNothingAndEveryParameterLearns) {
     EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0) << p.key();
 }
 
+TEST(MsaModule, CheckpointedBlocksGiveTheSameOutputAndGradients) {
+  fresh_seed();
+  model::ModelConfig cfg = msa_config();
+  cfg.msa.dropout = 0.3;  // masks must be redrawn identically in the recomputation
+  model::MsaModule plain(cfg);
+  randomise_parameters(*plain);
+  cfg.checkpoint_blocks = true;
+  model::MsaModule ckpt(cfg);
+  {
+    torch::NoGradGuard g;
+    auto src = plain->parameters(), dst = ckpt->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  const Entry e = two_chains();
+  const data::Batch b = data::make_batch({&e}, {{}}, 6, {100, 4});
+  const at::Tensor pair_mask = b.token_mask.unsqueeze(2) * b.token_mask.unsqueeze(1);
+  const at::Tensor s_inputs = at::randn({1, 6, model::kSInputs}), z = at::randn({1, 6, 6, 8});
+  const at::Tensor w = at::randn({1, 6, 6, 8});
+  const at::Tensor out1 = plain(b, s_inputs, z, pair_mask, 9), out2 = ckpt(b, s_inputs, z, pair_mask, 9);
+  EXPECT_TRUE(at::equal(out1, out2));
+  (out1 * w).sum().backward();
+  (out2 * w).sum().backward();
+  auto p1 = plain->parameters(), p2 = ckpt->parameters();
+  for (size_t i = 0; i < p1.size(); ++i) EXPECT_LT(rel_error(p2[i].grad(), p1[i].grad()), 1e-6) << "parameter " << i;
+}
+
 }  // namespace
 }  // namespace megafold
