@@ -139,6 +139,11 @@ std::string encode_entry(const Entry& e) {
     w.put<int64_t>(m.length);
     w.put(m.tokens);
     w.put(m.deletions);
+    w.put<uint8_t>(m.profile.empty() ? 0 : 1);
+    if (!m.profile.empty()) {
+      w.put(m.profile);
+      w.put(m.deletion_mean);
+    }
   }
   w.put<int32_t>(e.dropped_residues);
   w.put<int32_t>(e.dropped_hydrogens);
@@ -190,6 +195,10 @@ Entry decode_entry(const unsigned char* data, size_t size, const std::string& or
     m.length = r.get<int64_t>();
     m.tokens = r.vec<int8_t>(m.depth * m.length);
     m.deletions = r.vec<uint8_t>(m.depth * m.length);
+    if (r.get<uint8_t>() != 0) {
+      m.profile = r.vec<float>(m.length * kNumTokenTypes);
+      m.deletion_mean = r.vec<float>(m.length);
+    }
     e.msas.push_back(std::move(m));
   }
   e.dropped_residues = r.get<int32_t>();

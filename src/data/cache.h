@@ -21,7 +21,7 @@
 
 namespace megafold::data {
 
-inline constexpr uint32_t kCacheVersion = 1;
+inline constexpr uint32_t kCacheVersion = 2;  // 2: MSA profiles stored
 
 // Serialises an entry (deterministic: the same entry gives the same bytes).
 std::string encode_entry(const Entry& e);

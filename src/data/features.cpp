@@ -84,7 +84,13 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
       Msa& o = out.msas[c];
       if (m.depth == 0) continue;
       o.length = static_cast<int64_t>(kept[c].size());
-      o.tokens.clear(), o.deletions.clear();
+      o.tokens.clear(), o.deletions.clear(), o.profile.clear(), o.deletion_mean.clear();
+      if (!m.profile.empty())
+        for (const int32_t col : kept[c]) {
+          o.profile.insert(o.profile.end(), m.profile.begin() + static_cast<int64_t>(col) * kNumTokenTypes,
+                           m.profile.begin() + static_cast<int64_t>(col + 1) * kNumTokenTypes);
+          o.deletion_mean.push_back(m.deletion_mean[col]);
+        }
       for (int64_t r = 0; r < m.depth; ++r)
         for (const int32_t col : kept[c]) {
           o.tokens.push_back(m.tokens[r * m.length + col]);

@@ -128,6 +128,9 @@ Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std
       out.tokens[s * n + i] = msa.tokens[s * msa.length + column[i]];
       out.deletions[s * n + i] = msa.deletions[s * msa.length + column[i]];
     }
+  MsaProfile p = msa_profile(out);
+  out.profile = std::move(p.profile);
+  out.deletion_mean = std::move(p.deletion_mean);
   return out;
 }
 

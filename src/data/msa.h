@@ -18,6 +18,10 @@ struct Msa {
   int64_t length = 0;              // aligned columns
   std::vector<int8_t> tokens;      // [depth, length] token types; gaps are kGapToken
   std::vector<uint8_t> deletions;  // [depth, length] insertions before each column (capped at 255)
+  // Over all rows, per column (msa_profile): filled by msa_for_chain and kept by the feature
+  // cache, so the loader never recomputes them per sample; empty where not computed.
+  std::vector<float> profile;        // [length, kNumTokenTypes]
+  std::vector<float> deletion_mean;  // [length]
 };
 
 // Parses a3m text; `origin` names the source in errors ("file:line: problem"). Text without
@@ -32,7 +36,8 @@ Msa load_a3m(const std::string& path);
 // result being token i of the chain. `sequence` holds the chain's token types and
 // `residue_index` their label_seq_ids. The query must equal the chain's sequence either
 // column for column, or as the full sequence indexed by residue_index (1-based, gaps of
-// unobserved residues). Throws megafold::Error saying which residue disagrees otherwise.
+// unobserved residues). Throws megafold::Error saying which residue disagrees otherwise. The
+// result carries its profile and deletion means.
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
                   const std::string& origin);
 

@@ -53,9 +53,10 @@ EntryMsa entry_msa(const Entry& e, const std::vector<int32_t>& tokens, const Msa
     }
   }
 
+  // The chain MSA's own profile (from msa_for_chain or the cache), else computed here.
   std::vector<MsaProfile> profiles(e.n_chains());
   for (int c = 0; c < e.n_chains(); ++c)
-    if (const Msa* m = msa_of(c)) profiles[c] = msa_profile(*m);
+    if (const Msa* m = msa_of(c)) profiles[c] = m->profile.empty() ? msa_profile(*m) : MsaProfile{m->profile, m->deletion_mean};
   out.profile.assign(n * kNumTokenTypes, 0.f);
   out.deletion_mean.assign(n, 0.f);
   for (int64_t i = 0; i < n; ++i) {

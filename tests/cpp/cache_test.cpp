@@ -143,6 +143,10 @@ TEST_F(CacheTest, BuildsAreByteIdenticalForAnyWorkerCountAndReadBackExactly) {
     if (c.name == "1ubi") {
       EXPECT_EQ(c.msas[0].depth, 2);
       EXPECT_EQ(c.msas[0].tokens[c.msas[0].length], kGapToken);
+      // The profile is cached with the MSA: the loader does not recompute it.
+      const MsaProfile p = msa_profile(c.msas[0]);
+      EXPECT_EQ(c.msas[0].profile, p.profile);
+      EXPECT_EQ(c.msas[0].deletion_mean, p.deletion_mean);
     } else {
       for (const Msa& m : c.msas) EXPECT_EQ(m.depth, 0);
     }

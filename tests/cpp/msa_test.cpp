@@ -123,6 +123,16 @@ TEST(MsaFeatures, CropsKeepTheirColumns) {
   EXPECT_EQ(direct.tokens, via.tokens);
   EXPECT_EQ(direct.deletions, via.deletions);
   EXPECT_EQ(direct.profile, via.profile);
+  // Stored profiles (msa_for_chain, the cache) are cropped with their columns.
+  Entry stored = e;
+  for (Msa& m : stored.msas) {
+    data::MsaProfile p = data::msa_profile(m);
+    m.profile = p.profile, m.deletion_mean = p.deletion_mean;
+  }
+  const Entry sub_stored = data::select_tokens(stored, crop);
+  const EntryMsa via_stored = data::entry_msa(sub_stored, all_tokens(sub_stored), {100, 3});
+  EXPECT_EQ(via_stored.profile, direct.profile);
+  EXPECT_EQ(via_stored.deletion_mean, direct.deletion_mean);
 }
 
 TEST(MsaFeatures, BatchPadsRowsAndTokensWithMaskZero) {
