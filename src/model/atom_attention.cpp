@@ -57,27 +57,16 @@ at::Tensor AtomWindows::keys_of(const at::Tensor& x) const {
 
 at::Tensor AtomWindows::unblock(const at::Tensor& x) const { return x.flatten(1, 2).narrow(1, 0, atoms); }
 
-WindowedAttentionImpl::WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads) : heads_(heads) {
-  MF_CHECK(c_q % heads == 0, "WindowedAttention: c_q = ", c_q, " is not a multiple of ", heads, " heads");
-  ada_ = register_module("ada_ln", AdaptiveLayerNorm(c_q, c_q));
-  w_qkvg_ = register_parameter("w_qkvg", lecun_normal(4 * c_q, c_q));
-  b_q_ = register_parameter("b_q", zeros(c_q));
-  ln_p_w_ = register_parameter("ln_p_weight", ones(c_p));
-  ln_p_b_ = register_parameter("ln_p_bias", zeros(c_p));
-  w_p_ = register_parameter("w_p", lecun_normal(heads, c_p));
-  w_o_ = register_parameter("w_o", torch::zeros({c_q, c_q}));
-  w_gate_ = register_parameter("w_gate", torch::zeros({c_q, c_q}));
-  b_gate_ = register_parameter("b_gate", torch::full({c_q}, -2.0));
-}
+WindowedAttentionImpl::WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads)
+    : ConditionedAttentionBase(c_q, c_q, c_p, heads, "p") {}
 
 at::Tensor WindowedAttentionImpl::forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& p,
                                           const at::Tensor& mask, const AtomWindows& w) {
   const int64_t B = q.size(0), A = q.size(1), c_q = q.size(2), H = heads_, d = c_q / H;
-  const at::Tensor bias_q = at::cat({b_q_, torch::zeros({3 * c_q}, b_q_.options())});
-  const at::Tensor proj = at::linear(ada_(q, c), w_qkvg_, bias_q).view({B, A, 4, H, d});
+  const at::Tensor proj = project_qkvg(q, c).view({B, A, 4, H, d});
   const at::Tensor qs = w.queries(proj.select(2, 0));  // [B, blocks, 32, H, d]
   const at::Tensor ks = w.keys_of(proj.select(2, 1)), vs = w.keys_of(proj.select(2, 2));  // [B, blocks, 128, H, d]
-  const at::Tensor pair = at::linear(at::layer_norm(p, {p.size(-1)}, ln_p_w_, ln_p_b_), w_p_);  // [B, bl, 32, 128, H]
+  const at::Tensor pair = pair_bias(p);  // [B, blocks, 32, 128, H]
   at::Tensor logits = at::einsum("bnqhd,bnkhd->bnhqk", {qs, ks}) / std::sqrt(static_cast<double>(d)) +
                       pair.permute({0, 1, 4, 2, 3});
   // Keys outside [0, A) or without an atom are masked; every real atom sees at least itself.
@@ -86,7 +75,7 @@ at::Tensor WindowedAttentionImpl::forward(const at::Tensor& q, const at::Tensor&
   const at::Tensor probs = at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat));
   const at::Tensor o = w.unblock(at::einsum("bnhqk,bnkhd->bnqhd", {probs.to(vs.scalar_type()), vs}));  // [B, A, H, d]
   const at::Tensor gated = (at::sigmoid(proj.select(2, 3)) * o).reshape({B, A, c_q});
-  return at::sigmoid(at::linear(c, w_gate_, b_gate_)) * at::linear(gated, w_o_);
+  return gated_output(gated, c);
 }
 
 AtomTransformerImpl::AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads) {

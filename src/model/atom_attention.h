@@ -37,16 +37,12 @@ struct AtomWindows {
 // window pair tensor p, keys outside the window or without an atom masked, sigmoid gates as
 // in ConditionedAttention. Plain ATen (the shared attention core needs equal query and key
 // counts and one bias for all rows). Returns the branch only.
-class WindowedAttentionImpl : public torch::nn::Module {
+class WindowedAttentionImpl : public ConditionedAttentionBase {
  public:
   WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads);
   // q, c [B, A, c_q]; p [B, blocks, 32, 128, c_p]; mask [B, A] -> [B, A, c_q]
   at::Tensor forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& p, const at::Tensor& mask,
                      const AtomWindows& w);
- private:
-  int64_t heads_;
-  AdaptiveLayerNorm ada_{nullptr};
-  at::Tensor w_qkvg_, b_q_, ln_p_w_, ln_p_b_, w_p_, w_o_, w_gate_, b_gate_;
 };
 TORCH_MODULE(WindowedAttention);
 

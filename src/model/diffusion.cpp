@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/check.h"
 #include "ops/ops.h"
 
 namespace megafold::model {
@@ -57,31 +58,47 @@ at::Tensor ConditionedTransitionImpl::forward(const at::Tensor& a, const at::Ten
   return torch::sigmoid(at::linear(s, w_gate_, b_gate_)) * at::linear(b, w_out_);
 }
 
-ConditionedAttentionImpl::ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t heads)
+ConditionedAttentionBase::ConditionedAttentionBase(int64_t c_x, int64_t c_cond, int64_t c_pair, int64_t heads,
+                                                   const std::string& pair)
     : heads_(heads) {
-  TORCH_CHECK(c_a % heads == 0, "ConditionedAttention: c_a = ", c_a, " is not a multiple of ", heads, " heads");
-  ada_ = register_module("ada_ln", AdaptiveLayerNorm(c_a, c_s));
-  w_qkvg_ = register_parameter("w_qkvg", lecun_normal(4 * c_a, c_a));
-  b_q_ = register_parameter("b_q", zeros(c_a));
-  ln_z_w_ = register_parameter("ln_z_weight", ones(c_z));
-  ln_z_b_ = register_parameter("ln_z_bias", zeros(c_z));
-  w_z_ = register_parameter("w_z", lecun_normal(heads, c_z));
-  w_o_ = register_parameter("w_o", torch::zeros({c_a, c_a}));
-  w_gate_ = register_parameter("w_gate", torch::zeros({c_a, c_s}));
-  b_gate_ = register_parameter("b_gate", torch::full({c_a}, -2.0));
+  MF_CHECK(c_x % heads == 0, "conditioned attention: ", c_x, " channels are not a multiple of ", heads, " heads");
+  ada_ = register_module("ada_ln", AdaptiveLayerNorm(c_x, c_cond));
+  w_qkvg_ = register_parameter("w_qkvg", lecun_normal(4 * c_x, c_x));
+  b_q_ = register_parameter("b_q", zeros(c_x));
+  ln_pair_w_ = register_parameter("ln_" + pair + "_weight", ones(c_pair));
+  ln_pair_b_ = register_parameter("ln_" + pair + "_bias", zeros(c_pair));
+  w_pair_ = register_parameter("w_" + pair, lecun_normal(heads, c_pair));
+  w_o_ = register_parameter("w_o", torch::zeros({c_x, c_x}));
+  w_gate_ = register_parameter("w_gate", torch::zeros({c_x, c_cond}));
+  b_gate_ = register_parameter("b_gate", torch::full({c_x}, -2.0));
 }
+
+at::Tensor ConditionedAttentionBase::project_qkvg(const at::Tensor& x, const at::Tensor& cond) {
+  // Only q carries a bias (AF3 SI Alg. 24).
+  const at::Tensor bias = at::cat({b_q_, torch::zeros({3 * b_q_.size(0)}, b_q_.options())});
+  return at::linear(ada_(x, cond), w_qkvg_, bias);
+}
+
+at::Tensor ConditionedAttentionBase::pair_bias(const at::Tensor& pair) {
+  return at::linear(layer_norm(pair, ln_pair_w_, ln_pair_b_), w_pair_);
+}
+
+at::Tensor ConditionedAttentionBase::gated_output(const at::Tensor& o, const at::Tensor& cond) {
+  return torch::sigmoid(at::linear(cond, w_gate_, b_gate_)) * at::linear(o, w_o_);
+}
+
+ConditionedAttentionImpl::ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t heads)
+    : ConditionedAttentionBase(c_a, c_s, c_z, heads, "z") {}
 
 at::Tensor ConditionedAttentionImpl::forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& z,
                                              const at::Tensor& mask, const at::Tensor& beta) {
   const int64_t B = a.size(0), N = a.size(1), c_a = a.size(2), H = heads_, d = c_a / H;
-  // Only q carries a bias (AF3 SI Alg. 24).
-  const at::Tensor qkvg_bias = at::cat({b_q_, torch::zeros({3 * c_a}, b_q_.options())});
-  const at::Tensor qkvg = at::linear(ada_(a, s), w_qkvg_, qkvg_bias).view({B, 1, N, 4, H, d});
-  at::Tensor bias = at::linear(layer_norm(z, ln_z_w_, ln_z_b_), w_z_).permute({0, 3, 1, 2});  // [B, H, N, N]
+  const at::Tensor qkvg = project_qkvg(a, s).view({B, 1, N, 4, H, d});
+  at::Tensor bias = pair_bias(z).permute({0, 3, 1, 2});  // [B, H, N, N]
   if (beta.defined()) bias = bias + beta;
   const at::Tensor o = ops::triangle_attention(qkvg.select(3, 0), qkvg.select(3, 1), qkvg.select(3, 2), bias,
                                                mask.view({B, 1, N}), qkvg.select(3, 3));  // [B, 1, N, H, d]
-  return torch::sigmoid(at::linear(s, w_gate_, b_gate_)) * at::linear(o.reshape({B, N, c_a}), w_o_);
+  return gated_output(o.reshape({B, N, c_a}), s);
 }
 
 DiffusionTransformerImpl::DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks,

@@ -5,6 +5,8 @@
 // (Alg. 5-7) and the module's assembly (Alg. 20) build on these.
 #include <torch/nn/module.h>
 
+#include <string>
+
 #include "model/config.h"
 #include "model/layers.h"
 
@@ -44,20 +46,36 @@ class ConditionedTransitionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ConditionedTransition);
 
+// What AF3's conditioned attentions share (Alg. 24 at token level, its windowed atom-level
+// form in Alg. 7): AdaLN of the queries by a conditioning, one q/k/v/gate projection with a
+// bias on q only, a per-head bias from LinearNoBias(LN(pair)), and the output projection gated
+// by sigmoid(Linear(conditioning)) with the gate bias at -2 (a fresh block starts near the
+// identity). The attention itself (windows or full rows) is the subclass's.
+class ConditionedAttentionBase : public torch::nn::Module {
+ protected:
+  // c_x: query channels, c_cond: conditioning, c_pair: pair channels; `pair` names the pair
+  // parameters ("ln_<pair>_weight", "w_<pair>") in checkpoints.
+  ConditionedAttentionBase(int64_t c_x, int64_t c_cond, int64_t c_pair, int64_t heads, const std::string& pair);
+  at::Tensor project_qkvg(const at::Tensor& x, const at::Tensor& cond);  // [..., 4 c_x]: q, k, v, g
+  at::Tensor pair_bias(const at::Tensor& pair);                          // [..., heads]
+  at::Tensor gated_output(const at::Tensor& o, const at::Tensor& cond);  // o [..., c_x]
+  int64_t heads_;
+
+ private:
+  AdaptiveLayerNorm ada_{nullptr};
+  at::Tensor w_qkvg_, b_q_, ln_pair_w_, ln_pair_b_, w_pair_, w_o_, w_gate_, b_gate_;
+};
+
 // AF3 SI Alg. 24 with conditioning: AdaLN on a, pair bias LinearNoBias(LN(z)) plus an
 // optional additive bias beta [B, H, N, N] (the atom transformer's locality mask), sigmoid
 // gate from a, output gated by sigmoid(Linear(s)) (bias -2). Runs the shared attention core
 // (ops::triangle_attention with one row). Returns the branch only.
-class ConditionedAttentionImpl : public torch::nn::Module {
+class ConditionedAttentionImpl : public ConditionedAttentionBase {
  public:
   ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t heads);
   // a [B, N, c_a], s [B, N, c_s], z [B, N, N, c_z], mask [B, N] -> [B, N, c_a]
   at::Tensor forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& z, const at::Tensor& mask,
                      const at::Tensor& beta = {});
- private:
-  int64_t heads_;
-  AdaptiveLayerNorm ada_{nullptr};
-  at::Tensor w_qkvg_, b_q_, ln_z_w_, ln_z_b_, w_z_, w_o_, w_gate_, b_gate_;
 };
 TORCH_MODULE(ConditionedAttention);
 
