@@ -22,6 +22,7 @@ have_header tao/pegtl.hpp         || missing+=(tao-pegtl-dev)
 have_header zlib.h                || missing+=(zlib1g-dev)
 have_header nlohmann/json.hpp     || missing+=(nlohmann-json3-dev)
 have_header gtest/gtest.h         || missing+=(libgtest-dev)
+have_header gloo/algorithm.h      || missing+=(libgloo-dev)  # torch's wheel has c10d's Gloo backend, not gloo's headers
 command -v cmake  >/dev/null      || missing+=(cmake)
 command -v g++    >/dev/null      || missing+=(g++)
 command -v ccache >/dev/null      || missing+=(ccache)

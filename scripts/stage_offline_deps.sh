@@ -9,7 +9,7 @@ dst="$root/.deps"
 rm -rf "$dst"
 multiarch=$(gcc -print-multiarch)
 mkdir -p "$dst/include" "$dst/lib/$multiarch/cmake"
-cp -r /usr/include/gemmi /usr/include/tao /usr/include/nlohmann /usr/include/gtest /usr/include/gmock \
+cp -r /usr/include/gemmi /usr/include/tao /usr/include/nlohmann /usr/include/gtest /usr/include/gmock /usr/include/gloo \
       /usr/include/zlib.h /usr/include/zconf.h "$dst/include/"
 # Same layout as /usr, so GTest's relocatable CMake package resolves inside .deps.
 cp /usr/lib/$multiarch/libgtest.a /usr/lib/$multiarch/libgtest_main.a /usr/lib/$multiarch/libgmock.a \

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "data/crop.h"
 #include "data/features.h"
 #include "data/loader.h"
+#include "dist/process_group.h"
 #include "model/autocast.h"
 #include "model/model.h"
 #include "model/scoring.h"
@@ -64,12 +66,16 @@ class StopSignals {
   void (*prev_term_)(int);
 };
 
-data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint64_t seed,
-                           int64_t step) {
+// Rank r of a data-parallel job of `world` ranks takes samples (step * world + r) * batch + b of
+// the stream: every rank its own, and the same global sequence for any world size at batch 1
+// per rank.
+data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint64_t seed, int64_t step, int rank,
+                           int world) {
   std::vector<const data::Entry*> entries;
   std::vector<std::vector<int32_t>> crops;
+  const int64_t slot = step * world + rank;
   for (int64_t b = 0; b < cfg.data.batch_size; ++b) {
-    const uint64_t g = static_cast<uint64_t>(step * cfg.data.batch_size + b);
+    const uint64_t g = static_cast<uint64_t>(slot * cfg.data.batch_size + b);
     const data::CropWeights weights{cfg.data.crop_contiguous, cfg.data.crop_spatial, cfg.data.crop_spatial_interface};
     auto [entry, crop] = data::sample_or_replace(ds, seed, g, [&](const data::Entry& e, uint64_t draw) {
       return data::training_crop(e, static_cast<int>(cfg.data.crop_size), weights, mix_seed(seed ^ kCropSalt, draw));
@@ -78,7 +84,7 @@ data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint
     crops.push_back(std::move(crop));
   }
   // Entry b of the batch draws its MSA rows with mix_seed(msa seed, b): a function of (seed, g).
-  const data::MsaSampling msa{cfg.data.msa_rows, mix_seed(seed ^ kMsaSalt, static_cast<uint64_t>(step))};
+  const data::MsaSampling msa{cfg.data.msa_rows, mix_seed(seed ^ kMsaSalt, static_cast<uint64_t>(slot))};
   return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size), msa);
 }
 
@@ -156,7 +162,15 @@ double learning_rate(const OptimConfig& o, int64_t step) {
 
 TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   TrainConfig cfg = cfg_in;
-  const c10::Device device = resolve_device(cfg.device);
+  // Data parallelism when launched as one of several ranks (torchrun, Slurm, train --nproc):
+  // rank 0 logs, validates and writes checkpoints; every rank averages its gradients with the
+  // others before the (identical) optimiser step.
+  const dist::DistEnv env = dist::dist_env();
+  std::unique_ptr<dist::DataParallel> dp;
+  if (env.world > 1) dp = std::make_unique<dist::DataParallel>(env);
+  const bool lead = env.rank == 0, quiet = opts.quiet || !lead;
+  c10::Device device = resolve_device(cfg.device);
+  if (device.is_cuda() && env.world > 1) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
   const bool autocast = device.is_cuda() && cfg.bf16;
   at::set_num_threads(cfg.threads > 0 ? static_cast<int>(cfg.threads)
                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -164,10 +178,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   const fs::path ckpt_dir = out_dir / "checkpoints";
   fs::create_directories(out_dir);
   auto say = [&](const std::string& s) {
-    if (!opts.quiet) std::cout << s << std::endl;
+    if (!quiet) std::cout << s << std::endl;
   };
 
-  data::Dataset ds = data::load_dataset(cfg.data.dir, opts.quiet, cfg.data.overfit);
+  data::Dataset ds = data::load_dataset(cfg.data.dir, quiet, cfg.data.overfit);
   if (!cfg.data.weights.empty()) data::load_weights(ds, cfg.data.weights);
   {
     std::ostringstream os;
@@ -201,9 +215,12 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     MF_CHECK(!existing, "--out ", out_dir.string(), " already holds checkpoints of another run (",
              *existing, "); pass --resume to continue it or choose another --out");
   }
-  write_file_atomically((out_dir / "config.json").string(), to_json(cfg));
+  if (lead) write_file_atomically((out_dir / "config.json").string(), to_json(cfg));
   say("resolved config (saved as " + (out_dir / "config.json").string() + "):\n" + to_json(cfg));
-  MetricsLog metrics((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
+  std::optional<MetricsLog> metrics;
+  if (lead) metrics.emplace((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
+  if (dp) say("data parallel: " + std::to_string(env.world) + " ranks (Gloo), " + std::to_string(cfg.data.batch_size) +
+              " examples per rank and step");
 
   int64_t n_params = 0;
   for (const auto& p : params) n_params += p.numel();
@@ -216,11 +233,12 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   Progress progress(start, cfg.steps);
   StopSignals signals;
   auto checkpoint = [&](int64_t step) {
+    if (!lead) return;
     CheckpointMeta meta{step, cfg.seed, to_json(cfg)};
     save_checkpoint(ckpt_dir.string(), meta, *model, ema.shadow(), optimizer, cfg.keep_checkpoints);
   };
   auto run_validation = [&](int64_t step) {
-    if (ds.validation.empty()) return;
+    if (ds.validation.empty() || !lead) return;
     ema.swap(params);
     const Validation v = validate(model, ds, cfg, device, autocast);
     ema.swap(params);
@@ -231,7 +249,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       fields["lddt_all_atom"] = v.lddt_all;
       if (model->has_confidence()) fields["plddt"] = v.plddt;
     }
-    metrics.write("validation", step, fields);
+    metrics->write("validation", step, fields);
     char line[240];
     std::snprintf(line, sizeof(line), "validation step %lld: distogram loss %.4f accuracy %.4f", static_cast<long long>(step),
                   v.loss, v.accuracy);
@@ -245,18 +263,26 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       }
     }
     text += " (EMA weights)";
-    if (!opts.quiet) progress.message(text);
+    if (!quiet) progress.message(text);
   };
 
   reset_peak_memory(device);
   // Batches are built ahead on loader threads; batch k depends on (seed, k) only.
-  data::BatchPrefetcher batches([&](int64_t k) { return training_batch(ds, cfg, cfg.seed, k); }, start, cfg.steps,
+  data::BatchPrefetcher batches([&](int64_t k) { return training_batch(ds, cfg, cfg.seed, k, env.rank, env.world); },
+                                start, cfg.steps,
                                 static_cast<int>(cfg.data.workers), static_cast<int>(cfg.data.prefetch),
                                 device.is_cuda());
   data::DeviceBatches device_batches(batches, device, cfg.steps - start);
   int64_t step = start;
   std::optional<std::pair<double, double>> last_plddt;  // pLDDT loss and rollout lDDT
-  while (step < cfg.steps && !g_stop_requested) {
+  // A stop request ends the loop on every rank at the same step (a rank leaving alone would
+  // leave the others waiting in a collective).
+  bool stopped = false;
+  auto stop_now = [&] {
+    stopped = dp ? dp->average(g_stop_requested ? 1.0 : 0.0) > 0 : static_cast<bool>(g_stop_requested);
+    return stopped;
+  };
+  while (step < cfg.steps && !stop_now()) {
     const auto t0 = std::chrono::steady_clock::now();
     const double waited = batches.wait_seconds();
     const data::Batch batch = device_batches.next();
@@ -276,17 +302,19 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
     }
     loss.total.backward();
+    if (dp) dp->average_gradients(params);
     const double grad_norm =
         cfg.optim.clip_grad_norm > 0
             ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)
             : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
-    const double loss_value = loss.total.item<double>();
+    // The mean over the ranks: what is logged, and one finiteness verdict for all of them.
+    const double loss_value = dp ? dp->average(loss.total.item<double>()) : loss.total.item<double>();
     if (loss.plddt.defined()) last_plddt = {loss.plddt.item<double>(), loss.plddt_target.item<double>()};
     const bool finite = std::isfinite(loss_value) && std::isfinite(grad_norm);
     if (finite) {
       optimizer.step();
       ema.update(params);
-    } else if (!opts.quiet) {
+    } else if (!quiet) {
       progress.message("warning: step " + std::to_string(step + 1) +
                        " has a non-finite loss or gradient; update skipped");
     }
@@ -320,9 +348,9 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
         fields["plddt_loss"] = last_plddt->first;
         fields["rollout_lddt"] = last_plddt->second;
       }
-      metrics.write("train", step, fields);
+      if (metrics) metrics->write("train", step, fields);
     }
-    if (!opts.quiet) {
+    if (!quiet) {
       const size_t w = std::min<size_t>(step_ms.size(), 20);
       const double recent_ms = mean(step_ms, step_ms.size() - w, step_ms.size());
       progress.update(step, loss_value, lr, 1e3 / recent_ms, log_now);
@@ -330,10 +358,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     if (cfg.val_every > 0 && step % cfg.val_every == 0 && step != cfg.steps) run_validation(step);
     if (step % cfg.checkpoint_every == 0 && step != cfg.steps) checkpoint(step);
   }
-  if (g_stop_requested && !opts.quiet) progress.message("stop requested: writing a checkpoint");
-  if (step > start || g_stop_requested) checkpoint(step);
+  if (stopped && !quiet) progress.message("stop requested: writing a checkpoint");
+  if (step > start || stopped) checkpoint(step);
   if (step == cfg.steps && step > start && cfg.val_every >= 0) run_validation(step);
-  progress.finish();
+  if (!quiet) progress.finish();
 
   result.steps_done = step - start;
   const size_t n = losses.size(), window = std::max<size_t>(1, n / 10);

@@ -1,0 +1,111 @@
+#include "dist/process_group.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+
+#include "core/check.h"
+
+namespace megafold::dist {
+namespace {
+
+int parse_int(const std::string& name, const std::string& value) {
+  try {
+    size_t used = 0;
+    const int v = std::stoi(value, &used);
+    if (used == value.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error("environment variable " + name + "='" + value + "' is not an integer");
+}
+
+constexpr int64_t kBucketBytes = 32 << 20;
+
+}  // namespace
+
+DistEnv dist_env(const std::function<std::optional<std::string>(const std::string&)>& getenv_in) {
+  const auto getenv = getenv_in ? getenv_in : [](const std::string& n) -> std::optional<std::string> {
+    const char* v = std::getenv(n.c_str());
+    return v != nullptr && *v != '\0' ? std::optional<std::string>(v) : std::nullopt;
+  };
+  DistEnv e;
+  auto read = [&](const char* torchrun, const char* slurm, int& out) {
+    if (auto v = getenv(torchrun)) {
+      out = parse_int(torchrun, *v);
+    } else if (auto s = getenv(slurm)) {
+      out = parse_int(slurm, *s);
+    }
+  };
+  read("WORLD_SIZE", "SLURM_NTASKS", e.world);
+  read("RANK", "SLURM_PROCID", e.rank);
+  read("LOCAL_RANK", "SLURM_LOCALID", e.local_rank);
+  if (auto v = getenv("MASTER_ADDR")) e.master_addr = *v;
+  if (auto v = getenv("MASTER_PORT")) e.master_port = parse_int("MASTER_PORT", *v);
+  MF_CHECK(e.world >= 1, "WORLD_SIZE (or SLURM_NTASKS) must be >= 1, got ", e.world);
+  MF_CHECK(e.rank >= 0 && e.rank < e.world, "RANK (or SLURM_PROCID) must lie in [0, ", e.world, "), got ", e.rank);
+  MF_CHECK(e.master_port > 0 && e.master_port < 65536, "MASTER_PORT must be a TCP port, got ", e.master_port);
+  return e;
+}
+
+struct DataParallel::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+DataParallel::DataParallel(const DistEnv& env) : env_(env), impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = env.world;
+  impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world, opts);
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::average_gradients(const std::vector<at::Tensor>& params) {
+  // Buckets of consecutive parameters (the same on every rank: the parameter order is the
+  // model's), each flattened into one float buffer on the CPU.
+  size_t i = 0;
+  while (i < params.size()) {
+    std::vector<at::Tensor> grads;
+    int64_t bytes = 0;
+    size_t j = i;
+    for (; j < params.size() && (j == i || bytes < kBucketBytes); ++j) {
+      const at::Tensor& p = params[j];
+      grads.push_back(p.grad().defined() ? p.grad() : at::zeros_like(p));
+      bytes += p.numel() * 4;
+    }
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& g : grads) flat.push_back(g.to(at::kCPU, at::kFloat).reshape({-1}));
+    std::vector<at::Tensor> buffer{at::cat(flat)};
+    impl_->group->allreduce(buffer)->wait();
+    const at::Tensor mean = buffer[0].div_(static_cast<double>(env_.world));
+    int64_t at = 0;
+    for (size_t k = i; k < j; ++k) {
+      at::Tensor& g = params[k].mutable_grad();
+      const at::Tensor part = mean.narrow(0, at, params[k].numel()).view(params[k].sizes());
+      at += params[k].numel();
+      if (g.defined())
+        g.copy_(part);
+      else
+        g = part.to(params[k].options());
+    }
+    i = j;
+  }
+}
+
+double DataParallel::average(double v) {
+  std::vector<at::Tensor> t{at::full({1}, v, at::TensorOptions().dtype(at::kDouble))};
+  impl_->group->allreduce(t)->wait();
+  return t[0].item<double>() / env_.world;
+}
+
+void DataParallel::barrier() { impl_->group->barrier()->wait(); }
+
+}  // namespace megafold::dist

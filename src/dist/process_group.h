@@ -1,0 +1,50 @@
+#pragma once
+// Data parallelism over c10d: the ranks of a job from the usual launch variables, and the
+// gradient average every rank applies before its optimiser step. Gloo carries the collectives
+// (on CPU tensors; GPU gradients are staged through host memory).
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megafold::dist {
+
+struct DistEnv {
+  int rank = 0, world = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; else Slurm's SLURM_PROCID,
+// SLURM_NTASKS, SLURM_LOCALID (MASTER_ADDR and MASTER_PORT still name the rendezvous); else a
+// single process. getenv: the variable lookup (std::getenv by default; tests pass their own).
+// Throws megafold::Error naming the variable that is malformed or out of range.
+DistEnv dist_env(const std::function<std::optional<std::string>(const std::string&)>& getenv = {});
+
+// The process group of a job; every rank constructs it (rank 0 hosts the rendezvous store).
+class DataParallel {
+ public:
+  explicit DataParallel(const DistEnv& env);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world() const { return env_.world; }
+  // grads[i] /= world after summing them over the ranks, in buckets of about 32 MB flattened
+  // into one buffer each (one collective per bucket); undefined gradients count as zeros.
+  void average_gradients(const std::vector<at::Tensor>& params);
+  // The mean of v over the ranks.
+  double average(double v);
+  void barrier();
+
+ private:
+  struct Impl;
+  DistEnv env_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace megafold::dist
