@@ -50,10 +50,12 @@ int loader_main(const std::vector<std::string>& argv) {
   MF_CHECK(crop > 0 && samples > 0 && workers > 0 && msa_rows > 0,
            "--crop, --samples, --workers and --msa-rows must be > 0");
   auto make = [&](int64_t k) {
-    const std::string& file = files[mix_seed(seed, static_cast<uint64_t>(k)) % files.size()];
+    // Sample k's file, crop and MSA rows, each from its own seed derived from (seed, k).
+    const uint64_t s = mix_seed(seed, static_cast<uint64_t>(k));
+    const std::string& file = files[s % files.size()];
     const data::Entry e = cached ? data::read_entry_file(file) : data::load_entry(file);
-    const auto tokens = data::training_crop(e, crop, {}, mix_seed(seed ^ 0x63726f70, static_cast<uint64_t>(k)));
-    return data::make_batch({&e}, {tokens}, crop, {msa_rows, mix_seed(seed ^ 0x6d7361, static_cast<uint64_t>(k))});
+    const auto tokens = data::training_crop(e, crop, {}, mix_seed(s, 1));
+    return data::make_batch({&e}, {tokens}, crop, {msa_rows, mix_seed(s, 2)});
   };
   const auto t0 = std::chrono::steady_clock::now();
   {

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/seed.h"
+#include "data/features.h"
 
 namespace megafold::data {
 namespace {
@@ -31,19 +32,11 @@ double ca_distance2(const Entry& e, int i, int j) {
   return d2;
 }
 
-std::vector<int32_t> all_tokens(const Entry& e) {
-  std::vector<int32_t> all(e.n_tokens());
-  std::iota(all.begin(), all.end(), 0);
-  return all;
-}
-
 }  // namespace
 
 std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {
   const int n = e.n_tokens();
-  std::vector<int32_t> all(n);
-  std::iota(all.begin(), all.end(), 0);
-  if (crop_size <= 0 || n <= crop_size) return all;
+  if (crop_size <= 0 || n <= crop_size) return all_tokens(e);
 
   // Token ranges per chain (tokens of a chain are contiguous, chains in file order).
   std::vector<std::pair<int, int>> chains;  // [begin, end)

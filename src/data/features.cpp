@@ -51,6 +51,12 @@ ReferenceFeatures reference_features(const at::Tensor& restype) {
   return {gather(tables[0]), gather(tables[1]), gather(tables[2]), gather(tables[3]), gather(tables[4])};
 }
 
+std::vector<int32_t> all_tokens(const Entry& e) {
+  std::vector<int32_t> all(e.n_tokens());
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
 Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
   Entry out = e;
   out.restype.clear(), out.residue_index.clear(), out.author_index.clear(), out.insertion_codes.clear();
@@ -73,30 +79,12 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
     out.atom_mask.insert(out.atom_mask.end(), e.atom_mask.begin() + a, e.atom_mask.begin() + a + kMaxAtomsPerToken);
   }
   if (!e.msas.empty()) {
-    // Each chain's MSA keeps the columns of its kept tokens (column i of a chain's MSA is that
-    // chain's token i).
-    std::vector<int32_t> column(e.n_tokens()), seen(e.n_chains(), 0);
-    for (int t = 0; t < e.n_tokens(); ++t) column[t] = seen[e.asym_id[t]]++;
-    std::vector<std::vector<int32_t>> kept(e.n_chains());
+    // Each chain's MSA keeps the columns of its kept tokens.
+    const std::vector<int64_t> column = chain_columns(e);
+    std::vector<std::vector<int64_t>> kept(e.n_chains());
     for (const int32_t i : tokens) kept[e.asym_id[i]].push_back(column[i]);
-    for (int c = 0; c < e.n_chains(); ++c) {
-      const Msa& m = e.msas[c];
-      Msa& o = out.msas[c];
-      if (m.depth == 0) continue;
-      o.length = static_cast<int64_t>(kept[c].size());
-      o.tokens.clear(), o.deletions.clear(), o.profile.clear(), o.deletion_mean.clear();
-      if (!m.profile.empty())
-        for (const int32_t col : kept[c]) {
-          o.profile.insert(o.profile.end(), m.profile.begin() + static_cast<int64_t>(col) * kNumTokenTypes,
-                           m.profile.begin() + static_cast<int64_t>(col + 1) * kNumTokenTypes);
-          o.deletion_mean.push_back(m.deletion_mean[col]);
-        }
-      for (int64_t r = 0; r < m.depth; ++r)
-        for (const int32_t col : kept[c]) {
-          o.tokens.push_back(m.tokens[r * m.length + col]);
-          o.deletions.push_back(m.deletions[r * m.length + col]);
-        }
-    }
+    for (int c = 0; c < e.n_chains(); ++c)
+      if (e.msas[c].depth > 0) out.msas[c] = msa_columns(e.msas[c], kept[c]);
   }
   return out;
 }
@@ -158,11 +146,7 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   std::vector<EntryMsa> msas(B);
   int64_t S = 1;
   for (int64_t b = 0; b < B; ++b) {
-    sels[b] = selections[b];
-    if (sels[b].empty()) {
-      sels[b].resize(entries[b]->n_tokens());
-      std::iota(sels[b].begin(), sels[b].end(), 0);
-    }
+    sels[b] = selections[b].empty() ? all_tokens(*entries[b]) : selections[b];
     msas[b] = entry_msa(*entries[b], sels[b], {msa.max_rows, mix_seed(msa.seed, static_cast<uint64_t>(b))});
     S = std::max(S, msas[b].rows);
   }

@@ -55,6 +55,9 @@ struct ReferenceFeatures {
 // reference atoms (gap, nucleic acids for now) get zero rows.
 ReferenceFeatures reference_features(const at::Tensor& restype);
 
+// Every token index of e, in order (the selection of a whole entry).
+std::vector<int32_t> all_tokens(const Entry& e);
+
 // The entry restricted to `tokens` (sorted token indices, e.g. a crop), chains, numbering and
 // MSAs (their columns of the kept tokens) kept.
 Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens);

@@ -97,8 +97,7 @@ Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std
                   const std::string& origin) {
   MF_CHECK(sequence.size() == residue_index.size(), origin, ": sequence and residue_index differ in length");
   const int64_t n = static_cast<int64_t>(sequence.size());
-  Msa out;
-  if (msa.depth == 0) return out;
+  if (msa.depth == 0) return {};
   // Column of each token: one to one, or by residue_index into the full sequence.
   std::vector<int64_t> column(n);
   auto matches = [&](const std::vector<int64_t>& col) {
@@ -119,14 +118,20 @@ Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std
                   (outside ? "is outside the query" : std::string("is '") + amino_acid_letter(msa.tokens[column[bad]]) + "' in the query"));
     }
   }
+  return msa_columns(msa, column);
+}
+
+Msa msa_columns(const Msa& msa, const std::vector<int64_t>& columns) {
+  const int64_t n = static_cast<int64_t>(columns.size());
+  Msa out;
   out.depth = msa.depth;
   out.length = n;
   out.tokens.resize(msa.depth * n);
   out.deletions.resize(msa.depth * n);
   for (int64_t s = 0; s < msa.depth; ++s)
     for (int64_t i = 0; i < n; ++i) {
-      out.tokens[s * n + i] = msa.tokens[s * msa.length + column[i]];
-      out.deletions[s * n + i] = msa.deletions[s * msa.length + column[i]];
+      out.tokens[s * n + i] = msa.tokens[s * msa.length + columns[i]];
+      out.deletions[s * n + i] = msa.deletions[s * msa.length + columns[i]];
     }
   MsaProfile p = msa_profile(out);
   out.profile = std::move(p.profile);

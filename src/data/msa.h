@@ -41,6 +41,10 @@ Msa load_a3m(const std::string& path);
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
                   const std::string& origin);
 
+// The MSA restricted to `columns` (indices into msa's columns, in the order given), with the
+// profile and deletion means of the result.
+Msa msa_columns(const Msa& msa, const std::vector<int64_t>& columns);
+
 // Per-column profile [length, kNumTokenTypes] (fraction of sequences with each token type,
 // gaps included) and mean deletion value per column [length] (AF3 SI Table 5).
 struct MsaProfile {

@@ -8,6 +8,13 @@
 
 namespace megafold::data {
 
+std::vector<int64_t> chain_columns(const Entry& e) {
+  std::vector<int64_t> column(e.n_tokens());
+  std::vector<int64_t> seen(e.n_chains(), 0);
+  for (int t = 0; t < e.n_tokens(); ++t) column[t] = seen[e.asym_id[t]]++;
+  return column;
+}
+
 EntryMsa entry_msa(const Entry& e, const std::vector<int32_t>& tokens, const MsaSampling& sampling) {
   MF_CHECK(sampling.max_rows >= 1, "MSA sampling: max_rows must be >= 1, got ", sampling.max_rows);
   MF_CHECK(e.msas.empty() || static_cast<int>(e.msas.size()) == e.n_chains(), e.name, ": ", e.msas.size(),
@@ -15,10 +22,7 @@ EntryMsa entry_msa(const Entry& e, const std::vector<int32_t>& tokens, const Msa
   const auto msa_of = [&](int c) -> const Msa* {
     return !e.msas.empty() && e.msas[c].depth > 0 ? &e.msas[c] : nullptr;
   };
-  // Column of every token within its chain (an MSA's column i is its chain's token i).
-  std::vector<int32_t> column(e.n_tokens());
-  std::vector<int32_t> seen(e.n_chains(), 0);
-  for (int t = 0; t < e.n_tokens(); ++t) column[t] = seen[e.asym_id[t]]++;
+  const std::vector<int64_t> column = chain_columns(e);
 
   // Every row but the queries, as (chain, row), then a partial Fisher-Yates draw of the kept ones.
   std::vector<std::pair<int32_t, int32_t>> extra;
@@ -53,10 +57,18 @@ EntryMsa entry_msa(const Entry& e, const std::vector<int32_t>& tokens, const Msa
     }
   }
 
-  // The chain MSA's own profile (from msa_for_chain or the cache), else computed here.
-  std::vector<MsaProfile> profiles(e.n_chains());
-  for (int c = 0; c < e.n_chains(); ++c)
-    if (const Msa* m = msa_of(c)) profiles[c] = m->profile.empty() ? msa_profile(*m) : MsaProfile{m->profile, m->deletion_mean};
+  // The chain MSA's own profile (from msa_for_chain or the cache), read in place; computed
+  // here only for an MSA built without one.
+  std::vector<MsaProfile> computed(e.n_chains());
+  std::vector<const float*> profile(e.n_chains(), nullptr), deletion_mean(e.n_chains(), nullptr);
+  for (int c = 0; c < e.n_chains(); ++c) {
+    const Msa* m = msa_of(c);
+    if (m == nullptr) continue;
+    const MsaProfile* p = nullptr;
+    if (m->profile.empty()) p = &(computed[c] = msa_profile(*m));
+    profile[c] = p != nullptr ? p->profile.data() : m->profile.data();
+    deletion_mean[c] = p != nullptr ? p->deletion_mean.data() : m->deletion_mean.data();
+  }
   out.profile.assign(n * kNumTokenTypes, 0.f);
   out.deletion_mean.assign(n, 0.f);
   for (int64_t i = 0; i < n; ++i) {
@@ -66,8 +78,8 @@ EntryMsa entry_msa(const Entry& e, const std::vector<int32_t>& tokens, const Msa
       row[e.restype[t]] = 1.f;  // a single sequence's profile
       continue;
     }
-    std::copy_n(profiles[c].profile.data() + static_cast<int64_t>(column[t]) * kNumTokenTypes, kNumTokenTypes, row);
-    out.deletion_mean[i] = profiles[c].deletion_mean[column[t]];
+    std::copy_n(profile[c] + column[t] * kNumTokenTypes, kNumTokenTypes, row);
+    out.deletion_mean[i] = deletion_mean[c][column[t]];
   }
   return out;
 }

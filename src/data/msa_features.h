@@ -25,6 +25,9 @@ struct EntryMsa {
   std::vector<float> deletion_mean;   // [n]
 };
 
+// Column of every token of e within its chain: an MSA's column i is its chain's token i.
+std::vector<int64_t> chain_columns(const Entry& e);
+
 // Chains without an MSA (or entries without MSAs) contribute their query row only; their
 // profile is the one-hot of the sequence. The query row is always kept, then up to
 // max_rows - 1 of the other rows, drawn uniformly without replacement and kept in MSA order.

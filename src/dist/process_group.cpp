@@ -1,7 +1,8 @@
 #include "dist/process_group.h"
 
 #include <ATen/ops/cat.h>
-#include <ATen/ops/zeros_like.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -73,16 +74,15 @@ void DataParallel::average_gradients(const std::vector<at::Tensor>& params) {
   // model's), each flattened into one float buffer on the CPU.
   size_t i = 0;
   while (i < params.size()) {
-    std::vector<at::Tensor> grads;
+    std::vector<at::Tensor> flat;
     int64_t bytes = 0;
     size_t j = i;
     for (; j < params.size() && (j == i || bytes < kBucketBytes); ++j) {
       const at::Tensor& p = params[j];
-      grads.push_back(p.grad().defined() ? p.grad() : at::zeros_like(p));
+      const at::TensorOptions cpu = at::TensorOptions().dtype(at::kFloat);
+      flat.push_back(p.grad().defined() ? p.grad().to(at::kCPU, at::kFloat).reshape({-1}) : at::zeros({p.numel()}, cpu));
       bytes += p.numel() * 4;
     }
-    std::vector<at::Tensor> flat;
-    for (const at::Tensor& g : grads) flat.push_back(g.to(at::kCPU, at::kFloat).reshape({-1}));
     std::vector<at::Tensor> buffer{at::cat(flat)};
     impl_->group->allreduce(buffer)->wait();
     const at::Tensor mean = buffer[0].div_(static_cast<double>(env_.world));

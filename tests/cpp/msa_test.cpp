@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <numeric>
 #include <set>
 
 #include "core/check.h"
@@ -21,6 +20,7 @@ namespace megafold {
 namespace {
 using namespace megafold::testing;
 using data::Entry;
+using data::all_tokens;
 using data::EntryMsa;
 using data::Msa;
 
@@ -48,12 +48,6 @@ Entry two_chains(bool msa_for_b = true) {
   }
   e.msas = {a, b};
   return e;
-}
-
-std::vector<int32_t> all_tokens(const Entry& e) {
-  std::vector<int32_t> t(e.n_tokens());
-  std::iota(t.begin(), t.end(), 0);
-  return t;
 }
 
 TEST(MsaFeatures, UnpairedRowsSitInTheirChainsColumns) {
