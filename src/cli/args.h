@@ -36,5 +36,6 @@ int predict_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
 int cache_main(const std::vector<std::string>& args);
 int loader_main(const std::vector<std::string>& args);
+int block_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

@@ -9,7 +9,7 @@ def run(megafold_bin, *args):
 def test_help_everywhere(megafold_bin):
     top = run(megafold_bin, "--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("info", "train", "predict", "eval"))
-    for cmd in ("info", "train", "predict", "eval", "cache", "loader"):
+    for cmd in ("info", "train", "predict", "eval", "cache", "loader", "block"):
         r = run(megafold_bin, cmd, "--help")
         assert r.returncode == 0, cmd
         assert r.stdout.startswith(f"usage: megafold {cmd}"), r.stdout
@@ -49,3 +49,17 @@ def test_cache_and_loader_throughput(megafold_bin, source_dir, tmp_path):
         assert r.returncode == 0, r.stderr
         row = json.loads(r.stdout)
         assert row["mode"] == ("cache" if data == cache else "raw") and row["samples_per_s"] > 0
+
+
+def test_block_timing(megafold_bin):
+    import json
+    rows = []
+    for ops in ("kernel", "reference"):
+        r = run(megafold_bin, "block", "--n", "24", "--steps", "2", "--warmup", "1", "--ops", ops, "--device", "cpu")
+        assert r.returncode == 0, r.stderr
+        rows.append(json.loads(r.stdout))
+    for row, ops in zip(rows, ("kernel", "reference")):
+        assert row["impl"] == f"megafold-{ops}" and row["n"] == 24 and row["c_z"] == 128
+        assert 0 < row["fwd_ms"] <= row["fwdbwd_ms"] and row["peak_gb"] > 0
+    r = run(megafold_bin, "block", "--ops", "fast")
+    assert r.returncode == 1 and "--ops must be kernel or reference" in r.stderr

@@ -1,5 +1,7 @@
 #include "ops/triangle_attention/triangle_attention.h"
 
+#include "ops/reference_mode.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -9,6 +11,7 @@ at::Tensor triangle_attention(const at::Tensor& q, const at::Tensor& k, const at
                               const std::optional<at::Tensor>& bias,
                               const std::optional<at::Tensor>& mask,
                               const std::optional<at::Tensor>& gate) {
+  if (reference_only()) return triangle_attention_ref(q, k, v, bias, mask, gate);
   static const auto handle = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("megafold::triangle_attention", "")
                                  .typed<decltype(triangle_attention)>();

@@ -3,6 +3,7 @@
 // float64 as the reference computed naively in the same low precision.
 #include <ATen/Context.h>
 
+#include "ops/reference_mode.h"
 #include "ops/triangle_attention/triangle_attention.h"
 #include "testing.h"
 
@@ -121,6 +122,27 @@ TEST_F(TriangleAttentionCuda, StridedViewsReadInPlace) {
                                               bias_copy, mask.contiguous(), view(3).contiguous());
     EXPECT_TRUE(at::equal(out, ref));
   }
+}
+
+}  // namespace
+}  // namespace megafold::ops
+
+namespace megafold::ops {
+namespace {
+
+// `megafold block --ops reference` relies on this: with the switch on, the op entry point is the
+// ATen reference (bitwise), and off again it is the kernel (which rounds differently).
+TEST_F(TriangleAttentionCuda, ReferenceSwitchRoutesToTheReference) {
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor q = at::randn({1, 37, 37, 4, 32}, o), k = at::randn_like(q), v = at::randn_like(q);
+  const at::Tensor bias = at::randn({1, 4, 37, 37}, o);
+  const at::Tensor ref = triangle_attention_ref(q, k, v, bias, std::nullopt, std::nullopt);
+  set_reference_only(true);
+  const at::Tensor switched = triangle_attention(q, k, v, bias, std::nullopt, std::nullopt);
+  set_reference_only(false);
+  const at::Tensor kernel = triangle_attention(q, k, v, bias, std::nullopt, std::nullopt);
+  EXPECT_TRUE(at::equal(switched, ref));
+  EXPECT_FALSE(at::equal(kernel, ref));
 }
 
 }  // namespace

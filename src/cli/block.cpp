@@ -1,0 +1,104 @@
+// `megafold block`: forward and forward + backward time and peak memory of one Pairformer block (AF3 Alg.
+// 17) of this C++ model, as the trainer runs it (training mode with dropout, bf16 autocast on
+// GPU with fp32 residual streams), at a given token count. --ops reference runs every op on
+// its ATen reference instead of the CUDA kernels: the before/after of a kernel.
+#include <ATen/Context.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randn_like.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "cli/args.h"
+#include "core/check.h"
+#include "model/autocast.h"
+#include "model/pairformer.h"
+#include "ops/reference_mode.h"
+#include "train/device.h"
+
+namespace megafold::cli {
+
+int block_main(const std::vector<std::string>& argv) {
+  const std::vector<OptionSpec> specs = {
+      {"n", "N", "tokens (default 384)"},
+      {"steps", "K", "timed steps after the warm-up (default 20)"},
+      {"warmup", "K", "untimed steps first (default 5)"},
+      {"ops", "kernel|reference", "CUDA kernels where registered, or the ATen references (default kernel)"},
+      {"device", "auto|cpu|cuda[:i]", "device (default auto)"},
+      {"seed", "N", "parameter and input seed (default 0)"},
+      {"help", "", "show this help"},
+  };
+  const Args args(argv, specs);
+  if (args.has("help")) {
+    std::cout << usage("block",
+                       "Time one Pairformer block (c_s 384, c_z 128, AF3 heads and widths) forward and "
+                       "backward on random inputs and print one JSON line: median and min ms per step and "
+                       "peak memory.",
+                       specs);
+    return 0;
+  }
+  const int64_t n = args.get_int("n", 384);
+  const int64_t steps = args.get_int("steps", 20);
+  const int64_t warmup = args.get_int("warmup", 5);
+  MF_CHECK(n > 0 && steps > 0 && warmup >= 0, "--n and --steps must be > 0, --warmup >= 0");
+  const std::string ops_mode = args.get("ops").value_or("kernel");
+  MF_CHECK(ops_mode == "kernel" || ops_mode == "reference", "--ops must be kernel or reference, not '",
+           ops_mode, "'");
+  ops::set_reference_only(ops_mode == "reference");
+  const c10::Device device = train::resolve_device(args.get("device").value_or("auto"));
+  at::manual_seed(static_cast<uint64_t>(args.get_int("seed", 0)));
+
+  const model::ModelConfig cfg;  // AF3 trunk widths
+  model::PairformerBlock block(cfg);
+  block->to(device);
+  block->train();
+  const auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
+  const at::Tensor s0 = at::randn({1, n, cfg.c_s}, f32).requires_grad_();
+  const at::Tensor z0 = at::randn({1, n, n, cfg.c_z}, f32).requires_grad_();
+  const at::Tensor token_mask = at::ones({1, n}, f32);
+  const at::Tensor pair_mask = at::ones({1, n, n}, f32);
+  const at::Tensor ds = at::randn_like(s0), dz = at::randn_like(z0);
+
+  // Forward alone (recording for backward, as in training) and forward + backward.
+  std::vector<double> fwd_ms, total_ms;
+  train::reset_peak_memory(device);
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    train::synchronize(device);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point t1;
+    {
+      const model::AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
+      const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, step);
+      train::synchronize(device);
+      t1 = std::chrono::steady_clock::now();
+      torch::autograd::backward({out.s, out.z}, {ds, dz});
+    }
+    train::synchronize(device);
+    const auto t2 = std::chrono::steady_clock::now();
+    if (step >= warmup) {
+      fwd_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      total_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+    }
+    s0.mutable_grad().reset();
+    z0.mutable_grad().reset();
+    block->zero_grad(/*set_to_none=*/true);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("{\"op\": \"pairformer_block\", \"impl\": \"megafold-%s\", \"n\": %lld, \"c_s\": %lld, "
+              "\"c_z\": %lld, \"device\": \"%s\", \"fwd_ms\": %.3f, \"fwdbwd_ms\": %.3f, \"min_ms\": %.3f, "
+              "\"peak_gb\": %.3f}\n",
+              ops_mode.c_str(), static_cast<long long>(n), static_cast<long long>(cfg.c_s),
+              static_cast<long long>(cfg.c_z), device.str().c_str(), median(fwd_ms), median(total_ms),
+              *std::min_element(total_ms.begin(), total_ms.end()), train::peak_memory_gb(device));
+  return 0;
+}
+
+}  // namespace megafold::cli

@@ -1,0 +1,13 @@
+#include "ops/reference_mode.h"
+
+#include <atomic>
+
+namespace megafold::ops {
+namespace {
+std::atomic<bool> g_reference_only{false};
+}  // namespace
+
+bool reference_only() { return g_reference_only.load(std::memory_order_relaxed); }
+void set_reference_only(bool on) { g_reference_only.store(on, std::memory_order_relaxed); }
+
+}  // namespace megafold::ops
