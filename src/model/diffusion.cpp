@@ -80,7 +80,7 @@ at::Tensor ConditionedAttentionBase::project_qkvg(const at::Tensor& x, const at:
 }
 
 at::Tensor ConditionedAttentionBase::pair_bias(const at::Tensor& pair) {
-  return at::linear(layer_norm(pair, ln_pair_w_, ln_pair_b_), w_pair_);
+  return ops::layernorm_linear(pair, ln_pair_w_, ln_pair_b_, w_pair_, std::nullopt);
 }
 
 at::Tensor ConditionedAttentionBase::gated_output(const at::Tensor& o, const at::Tensor& cond) {

@@ -38,7 +38,8 @@ at::Tensor attention_pair_bias_ref(const at::Tensor& s, const at::Tensor& z,
   const at::Tensor qkvg_bias = at::cat({b_q, at::zeros({3 * H * d}, b_q.options())});
   const at::Tensor qkvg = layernorm_linear_ref(s, ln_s_weight, ln_s_bias, w_qkvg, qkvg_bias)
                               .view({B, 1, N, 4, H, d});
-  const at::Tensor pair_bias = layernorm_linear_ref(z, ln_z_weight, ln_z_bias, w_z, std::nullopt)
+  // Through the dispatcher: the fused kernels serve the pair projection (c_z = 128) on a GPU.
+  const at::Tensor pair_bias = layernorm_linear(z, ln_z_weight, ln_z_bias, w_z, std::nullopt)
                                    .permute({0, 3, 1, 2});  // [B, H, N, N]
   std::optional<at::Tensor> row_mask;
   if (mask.has_value() && mask->defined()) row_mask = mask->view({B, 1, N});

@@ -1,5 +1,7 @@
 #include "ops/layernorm_linear/layernorm_linear.h"
 
+#include "ops/reference_mode.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -8,6 +10,7 @@ namespace megafold::ops {
 at::Tensor layernorm_linear(const at::Tensor& x, const at::Tensor& ln_weight,
                             const at::Tensor& ln_bias, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias) {
+  if (reference_only()) return layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias);
   static const auto handle = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("megafold::layernorm_linear", "")
                                  .typed<decltype(layernorm_linear)>();

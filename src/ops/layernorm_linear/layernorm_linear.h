@@ -11,7 +11,9 @@
 //   bias       [c_out]        optional
 //   returns    [..., c_out]
 // LayerNorm epsilon is 1e-5 (AF3). Autograd is supported; registered as
-// torch.ops.megafold.layernorm_linear.
+// torch.ops.megafold.layernorm_linear. On CUDA with c_in = 128 and 16-bit products (16-bit
+// inputs, or autocast) it runs fused kernels (layernorm_linear_mma.cu); the rest runs the
+// reference.
 #include <ATen/core/Tensor.h>
 
 #include <optional>
@@ -23,6 +25,11 @@ inline constexpr double kLayerNormEps = 1e-5;
 at::Tensor layernorm_linear(const at::Tensor& x, const at::Tensor& ln_weight,
                             const at::Tensor& ln_bias, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias);
+
+// Shape, dtype and device checks shared by the reference and the CUDA path.
+void check_layernorm_linear_args(const at::Tensor& x, const at::Tensor& ln_weight,
+                                 const at::Tensor& ln_bias, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias);
 
 // ATen reference (also the CPU path).
 at::Tensor layernorm_linear_ref(const at::Tensor& x, const at::Tensor& ln_weight,

@@ -7,9 +7,9 @@
 // (triangle_attention_mma.cu), fp32 on CUDA cores (triangle_attention_simt.cu).
 #include <cstdint>
 
-namespace megafold::ops::cuda {
+#include "ops/kernel_dtype.h"
 
-enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+namespace megafold::ops::cuda {
 
 struct TriangleAttentionParams {
   DType dtype;  // of q, k, v, bias, gate and every output below that is not float

@@ -1,8 +1,7 @@
 #include "ops/triangle_multiplication/triangle_multiplication.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/layer_norm.h>
-#include <ATen/ops/linear.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/sigmoid.h>
 
@@ -36,9 +35,9 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
   detail::check_shape(op, "w_o", w_o, {c_z, c});
   detail::check_float_like(op, "z", z, z);
 
-  // AF3 SI Alg. 12 / 13
-  const at::Tensor x = at::layer_norm(z, {c_z}, ln_in_weight, ln_in_bias, kLayerNormEps);
-  const at::Tensor proj = at::linear(x, w_ab);  // [B, N, N, 4c]
+  // AF3 SI Alg. 12 / 13. The a/b projections and the output gate share LayerNorm_in(z): one
+  // layernorm_linear (the fused kernels on a GPU), so the normalised z is never stored.
+  const at::Tensor proj = layernorm_linear(z, ln_in_weight, ln_in_bias, at::cat({w_ab, w_g}), std::nullopt);
   at::Tensor a = at::sigmoid(proj.narrow(-1, 2 * c, c)) * proj.narrow(-1, 0, c);
   at::Tensor b = at::sigmoid(proj.narrow(-1, 3 * c, c)) * proj.narrow(-1, c, c);
   if (mask.has_value() && mask->defined()) {
@@ -53,9 +52,8 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
   const at::Tensor t = outgoing ? at::matmul(a_c, b_c.transpose(-1, -2))
                                 : at::matmul(a_c.transpose(-1, -2), b_c);  // [B, c, N, N]
   const at::Tensor t_last = t.permute({0, 2, 3, 1});                         // [B, N, N, c]
-  const at::Tensor o = at::linear(
-      at::layer_norm(t_last, {c}, ln_out_weight, ln_out_bias, kLayerNormEps), w_o);
-  return at::sigmoid(at::linear(x, w_g)) * o;
+  const at::Tensor o = layernorm_linear(t_last, ln_out_weight, ln_out_bias, w_o, std::nullopt);
+  return at::sigmoid(proj.narrow(-1, 4 * c, c_z)) * o;
 }
 
 }  // namespace megafold::ops

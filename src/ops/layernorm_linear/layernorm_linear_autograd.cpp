@@ -1,0 +1,149 @@
+// CUDA binding of layernorm_linear: an autograd Function around layernorm_linear_mma.cu,
+// registered for the AutogradCUDA and CUDA keys. The kernels serve c_in = 128 with 16-bit
+// products: 16-bit x and weight, or any fp32/16-bit x under CUDA autocast (the model's case:
+// fp32 residual stream, fp32 master weights, bf16 products), giving the reference's output
+// dtype. Everything else (other widths, fp32 or float64 without autocast, odd c_out) runs the
+// ATen reference, still differentiable.
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "ops/layernorm_linear/layernorm_linear.h"
+#include "ops/layernorm_linear/layernorm_linear_cuda.h"
+
+namespace megafold::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+cuda::DType kernel_dtype(at::ScalarType t) {
+  return t == at::kHalf ? cuda::DType::kFloat16 : t == at::kBFloat16 ? cuda::DType::kBFloat16 : cuda::DType::kFloat32;
+}
+
+bool is_16bit(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+// The dtype the products run in, as the reference would pick it; kFloat when the kernels do
+// not apply.
+at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weight) {
+  if (at::autocast::is_autocast_enabled(at::kCUDA)) {
+    const at::ScalarType t = at::autocast::get_autocast_dtype(at::kCUDA);
+    return x.scalar_type() == at::kFloat || x.scalar_type() == t ? t : at::kFloat;
+  }
+  return x.scalar_type() == weight.scalar_type() && is_16bit(x.scalar_type()) ? x.scalar_type() : at::kFloat;
+}
+
+void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+// 16-byte aligned rows for the kernels' vector loads: a copy only for unusual views.
+at::Tensor kernel_rows(const at::Tensor& t, at::ScalarType type) {
+  at::Tensor r = t.to(type).contiguous();
+  return reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0 ? r : r.clone();
+}
+
+cuda::LayerNormLinearParams make_params(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                                        const at::Tensor& w, const at::Tensor& bias, const at::Tensor& mean,
+                                        const at::Tensor& rstd) {
+  cuda::LayerNormLinearParams p{};
+  p.x_dtype = kernel_dtype(x.scalar_type());
+  p.dtype = kernel_dtype(w.scalar_type());
+  p.M = x.numel() / cuda::kLayerNormLinearCin;
+  p.N = w.size(0);
+  p.eps = static_cast<float>(kLayerNormEps);
+  p.x = x.data_ptr();
+  p.ln_w = ln_w.data_ptr<float>();
+  p.ln_b = ln_b.data_ptr<float>();
+  p.w = w.data_ptr();
+  p.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  p.mean = mean.data_ptr<float>();
+  p.rstd = rstd.data_ptr<float>();
+  return p;
+}
+
+struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinearFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& ln_weight,
+                               const at::Tensor& ln_bias, const at::Tensor& weight, const at::Tensor& bias_or_empty,
+                               int64_t product) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto type = static_cast<at::ScalarType>(product);
+    const at::Tensor bias = bias_or_empty.numel() > 0 ? bias_or_empty.to(at::kFloat).contiguous() : at::Tensor();
+    const at::Tensor x_ = kernel_rows(x, x.scalar_type() == at::kFloat ? at::kFloat : type);
+    const at::Tensor w_ = kernel_rows(weight, type);
+    const at::Tensor ln_w = ln_weight.to(at::kFloat).contiguous(), ln_b = ln_bias.to(at::kFloat).contiguous();
+    const int64_t M = x.numel() / cuda::kLayerNormLinearCin;
+    const auto f32 = x.options().dtype(at::kFloat);
+    const at::Tensor mean = at::empty({M}, f32), rstd = at::empty({M}, f32);
+    std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+    out_shape.back() = weight.size(0);
+    const at::Tensor y = at::empty(out_shape, x.options().dtype(type));
+    cuda::LayerNormLinearParams p = make_params(x_, ln_w, ln_b, w_, bias, mean, rstd);
+    p.y = y.data_ptr();
+    cuda::layernorm_linear_forward(p, current_stream(x));
+    ctx->save_for_backward({x_, ln_w, ln_b, w_, mean, rstd});
+    ctx->saved_data["x_dtype"] = x.scalar_type();
+    ctx->saved_data["ln_w_dtype"] = ln_weight.scalar_type();
+    ctx->saved_data["ln_b_dtype"] = ln_bias.scalar_type();
+    ctx->saved_data["w_dtype"] = weight.scalar_type();
+    ctx->saved_data["bias_dtype"] = bias_or_empty.numel() > 0 ? bias_or_empty.scalar_type() : at::kFloat;
+    ctx->saved_data["has_bias"] = bias_or_empty.numel() > 0;
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &x = s[0], &ln_w = s[1], &ln_b = s[2], &w = s[3], &mean = s[4], &rstd = s[5];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t N = w.size(0), K = cuda::kLayerNormLinearCin;
+    const at::Tensor dy = grad_out[0].defined()
+                              ? kernel_rows(grad_out[0], w.scalar_type())
+                              : at::zeros({x.numel() / K, N}, x.options().dtype(w.scalar_type()));
+    cuda::LayerNormLinearParams p = make_params(x, ln_w, ln_b, w, at::Tensor(), mean, rstd);
+    const auto f32 = x.options().dtype(at::kFloat);
+    const int64_t chunks = cuda::layernorm_linear_dw_chunks(p.M, N);
+    const at::Tensor dx = at::empty(x.sizes(), x.options());
+    const at::Tensor g_partial = at::empty({chunks, N, K}, f32), db_partial = at::empty({chunks, N}, f32);
+    const at::Tensor g = at::empty({N, K}, f32), dw = at::empty({N, K}, f32), db = at::empty({N}, f32);
+    const at::Tensor d_ln_w = at::empty({K}, f32), d_ln_b = at::empty({K}, f32);
+    p.dy = dy.data_ptr();
+    p.dx = dx.data_ptr();
+    p.g_partial = g_partial.data_ptr<float>();
+    p.db_partial = db_partial.data_ptr<float>();
+    p.g = g.data_ptr<float>();
+    p.dw = dw.data_ptr<float>();
+    p.db = db.data_ptr<float>();
+    p.d_ln_w = d_ln_w.data_ptr<float>();
+    p.d_ln_b = d_ln_b.data_ptr<float>();
+    cuda::layernorm_linear_backward(p, current_stream(x));
+    auto typed = [&](const at::Tensor& t, const char* key) { return t.to(ctx->saved_data[key].toScalarType()); };
+    return {typed(dx, "x_dtype"), typed(d_ln_w, "ln_w_dtype"), typed(d_ln_b, "ln_b_dtype"), typed(dw, "w_dtype"),
+            ctx->saved_data["has_bias"].toBool() ? typed(db, "bias_dtype") : at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor layernorm_linear_cuda(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
+                                 const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  check_layernorm_linear_args(x, ln_weight, ln_bias, weight, bias);
+  const at::ScalarType type = product_dtype(x, weight);
+  if (x.size(-1) != cuda::kLayerNormLinearCin || !is_16bit(type) || weight.size(0) % 2 != 0)
+    return layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias);
+  const at::Tensor absent = at::empty({0}, x.options());
+  return LayerNormLinearFunction::apply(x, ln_weight, ln_bias, weight,
+                                        bias.has_value() && bias->defined() ? *bias : absent,
+                                        static_cast<int64_t>(type))[0];
+}
+
+}  // namespace
+}  // namespace megafold::ops
+
+// AutogradCUDA takes precedence over the CompositeImplicitAutograd reference for CUDA
+// tensors; the CUDA key serves calls that skip autograd (inference mode).
+TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
+  m.impl("layernorm_linear", &megafold::ops::layernorm_linear_cuda);
+}
+TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
+  m.impl("layernorm_linear", &megafold::ops::layernorm_linear_cuda);
+}

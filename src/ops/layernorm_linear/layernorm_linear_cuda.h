@@ -1,0 +1,52 @@
+#pragma once
+// The CUDA kernels' boundary for layernorm_linear with c_in = 128 (every pair-representation
+// site: c_z = 128). Validated and laid out on the host (layernorm_linear_autograd.cpp).
+//
+//   forward:  y = (xhat * ln_w + ln_b) @ w^T + bias, xhat = (x - mean) * rstd per row;
+//             the normalised rows live only in shared memory.
+//   backward: dx from dy @ w and the LayerNorm backward, row by row (one kernel);
+//             G = dy^T @ xhat and db = colsum(dy) in row chunks (one kernel, partials per
+//             chunk added in chunk order), then, from G and db alone:
+//               dw = G * ln_w + db (x) ln_b,  d ln_w = colsum_n(w * G),  d ln_b = db @ w.
+//             No atomics: every gradient is bitwise reproducible.
+#include <cstdint>
+
+#include "ops/kernel_dtype.h"
+
+namespace megafold::ops::cuda {
+
+inline constexpr int64_t kLayerNormLinearCin = 128;
+
+struct LayerNormLinearParams {
+  DType x_dtype;  // x and dx: float, or the same 16-bit type as dtype
+  DType dtype;    // w, y, dy: float16 or bfloat16 (products in fp32)
+  int64_t M, N;   // rows (all leading dims of x) and c_out; N even
+  float eps;
+  const void* x;          // [M, 128] contiguous
+  const float* ln_w;      // [128]
+  const float* ln_b;      // [128]
+  const void* w;          // [N, 128] contiguous
+  const float* bias;      // [N] or null
+  void* y;                // [M, N] contiguous
+  float* mean;            // [M], written by forward, read by backward
+  float* rstd;            // [M]
+  // Backward.
+  const void* dy;         // [M, N] contiguous
+  void* dx;               // [M, 128]
+  float* g_partial;       // [dw_chunks, N, 128] workspace
+  float* db_partial;      // [dw_chunks, N] workspace
+  float* g;               // [N, 128] workspace
+  float* dw;              // [N, 128]
+  float* db;              // [N] (also needed without a bias: d ln_b comes from it)
+  float* d_ln_w;          // [128]
+  float* d_ln_b;          // [128]
+};
+
+// Row chunks of the weight-gradient reduction (a function of M and N only, so results do
+// not depend on the GPU).
+int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N);
+
+void layernorm_linear_forward(const LayerNormLinearParams& p, void* stream);
+void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream);
+
+}  // namespace megafold::ops::cuda

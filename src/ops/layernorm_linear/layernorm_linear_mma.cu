@@ -1,0 +1,541 @@
+// Tensor-core kernels of layernorm_linear for c_in = 128 (see layernorm_linear_cuda.h).
+//
+// All three main kernels run 8 warps on tiles whose rows are padded to 136 elements, so the
+// 8 rows an ldmatrix reads start 272 bytes apart and hit distinct bank groups.
+//   forward_kernel  block = 128 rows of x: LayerNorm in registers (one warp per 16 rows, a
+//                   lane per 4 columns), normalised rows to shared memory once, their A
+//                   fragments to registers once; then the weight is streamed through in
+//                   64-row tiles (cp.async, double buffered) and each 128x64 output tile
+//                   leaves through a shared staging tile as full-width row stores.
+//   dx_kernel       block = 128 rows: dxhat' = dy @ w over c_out in 64-wide steps (dy and w
+//                   tiles double buffered), then the LayerNorm backward on the accumulators:
+//                   the row sums it needs are quad shuffles, x is re-read per fragment.
+//   g_kernel        block = (128 output features, a chunk of rows): G = dy^T @ xhat with
+//                   dy^T read by transposing ldmatrix, xhat rebuilt from x, mean and rstd
+//                   into shared memory one 64-row step ahead; colsum(dy) rides along as one
+//                   more mma against a ones operand.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/cuda_check.h"
+#include "core/mma.cuh"
+#include "ops/layernorm_linear/layernorm_linear_cuda.h"
+
+namespace megafold::ops::cuda {
+namespace {
+
+using namespace megafold::mma;
+
+constexpr int kK = static_cast<int>(kLayerNormLinearCin);
+constexpr int kLd = kK + 8;       // padded row of a 128-wide tile
+constexpr int kThreads = 256;     // 8 warps
+constexpr int kRows = 128;        // rows of x per forward / dx block (16 per warp)
+constexpr int kTileN = 64;        // c_out per streamed step (forward, dx)
+constexpr int kLdN = kTileN + 8;  // padded row of a 64-wide tile
+constexpr int kStepM = 64;        // rows per step of g_kernel
+constexpr int kFeatures = 128;    // c_out per g_kernel block (16 per warp)
+constexpr int kLdF = kFeatures + 8;
+
+// ---- element access ------------------------------------------------------------------------
+
+template <typename Tin>
+__device__ __forceinline__ float4 load4(const Tin* p) {
+  if constexpr (std::is_same_v<Tin, float>) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    const float2 a = unpack2<Tin>(r.x), b = unpack2<Tin>(r.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+  }
+}
+
+template <typename Tin>
+__device__ __forceinline__ float2 load2(const Tin* p) {
+  if constexpr (std::is_same_v<Tin, float>) return *reinterpret_cast<const float2*>(p);
+  else return unpack2<Tin>(*reinterpret_cast<const uint32_t*>(p));
+}
+
+template <typename Tin>
+__device__ __forceinline__ void store2(Tin* p, float a, float b) {
+  if constexpr (std::is_same_v<Tin, float>) *reinterpret_cast<float2*>(p) = make_float2(a, b);
+  else *reinterpret_cast<uint32_t*>(p) = pack2<Tin>(a, b);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- tile loaders (cp.async; rows or columns outside the matrix arrive as zeros) -----------
+
+// Rows [n0, n0 + rows) of w [N, 128] into dst [rows][kLd].
+template <typename T, int rows>
+__device__ __forceinline__ void load_weight_rows(T* dst, const T* w, int64_t n0, int64_t N) {
+#pragma unroll
+  for (int i = threadIdx.x; i < rows * (kK / 8); i += kThreads) {
+    const int r = i / (kK / 8), c = (i % (kK / 8)) * 8;
+    const bool valid = n0 + r < N;
+    cp_async16(dst + r * kLd + c, w + (valid ? (n0 + r) * kK + c : 0), valid);
+  }
+}
+
+// dy[m0 + r][n0 + c] for r < rows, c < cols into dst [rows][ld]. Rows of dy are 16-byte
+// aligned when N % 8 == 0 (whole 8-element chunks); otherwise they are copied in pairs.
+template <typename T, int rows, int cols, int ld>
+__device__ __forceinline__ void load_dy_tile(T* dst, const T* dy, int64_t m0, int64_t n0, int64_t M,
+                                             int64_t N) {
+  if (N % 8 == 0) {
+#pragma unroll
+    for (int i = threadIdx.x; i < rows * (cols / 8); i += kThreads) {
+      const int r = i / (cols / 8), c = (i % (cols / 8)) * 8;
+      const bool valid = m0 + r < M && n0 + c < N;
+      cp_async16(dst + r * ld + c, dy + (valid ? (m0 + r) * N + n0 + c : 0), valid);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < rows * (cols / 2); i += kThreads) {
+      const int r = i / (cols / 2), c = (i % (cols / 2)) * 2;
+      const bool valid = m0 + r < M && n0 + c < N;
+      cp_async4(dst + r * ld + c, dy + (valid ? (m0 + r) * N + n0 + c : 0), valid);
+    }
+  }
+}
+
+// ---- forward -------------------------------------------------------------------------------
+
+constexpr int kForwardSmem = (kRows * kLd + 2 * kTileN * kLd + kRows * kLdN) * 2;
+
+template <typename Tin, typename T>
+__global__ void __launch_bounds__(kThreads, 2) forward_kernel(const LayerNormLinearParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* a_s = reinterpret_cast<T*>(smem);  // [kRows][kLd] normalised, scaled and shifted rows
+  T* w_s = a_s + kRows * kLd;           // 2 x [kTileN][kLd]
+  T* o_s = w_s + 2 * kTileN * kLd;      // [kRows][kLdN] output staging
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const T* w = static_cast<const T*>(p.w);
+  const int n_tiles = static_cast<int>((p.N + kTileN - 1) / kTileN);
+  load_weight_rows<T, kTileN>(w_s, w, 0, p.N);
+  cp_async_commit();
+
+  // LayerNorm of rows 16*warp .. +15; lane holds columns 4*lane .. +3. All loads first.
+  const Tin* x = static_cast<const Tin*>(p.x);
+  float4 v[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int64_t row = row0 + warp * 16 + i;
+    v[i] = row < p.M ? load4(x + row * kK + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  const float4 gw = *reinterpret_cast<const float4*>(p.ln_w + 4 * lane);
+  const float4 gb = *reinterpret_cast<const float4*>(p.ln_b + 4 * lane);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int r = warp * 16 + i;
+    const float mean = warp_sum(v[i].x + v[i].y + v[i].z + v[i].w) * (1.f / kK);
+    const float d0 = v[i].x - mean, d1 = v[i].y - mean, d2 = v[i].z - mean, d3 = v[i].w - mean;
+    const float rstd = rsqrtf(warp_sum(d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3) * (1.f / kK) + p.eps);
+    *reinterpret_cast<uint2*>(a_s + r * kLd + 4 * lane) =
+        make_uint2(pack2<T>(d0 * rstd * gw.x + gb.x, d1 * rstd * gw.y + gb.y),
+                   pack2<T>(d2 * rstd * gw.z + gb.z, d3 * rstd * gw.w + gb.w));
+    if (lane == 0 && row0 + r < p.M) {
+      p.mean[row0 + r] = mean;
+      p.rstd[row0 + r] = rstd;
+    }
+  }
+  __syncthreads();
+  uint32_t a[kK / 16][4];  // this warp's 16 rows as A fragments, reused for every output tile
+#pragma unroll
+  for (int ks = 0; ks < kK / 16; ++ks)
+    ldmatrix_x4(a[ks], a_s + (warp * 16 + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+
+  T* y = static_cast<T*>(p.y);
+  const int g = lane / 4, t = lane % 4;
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();  // weight tile j is in; the previous tile's staging reads are done
+    if (j + 1 < n_tiles) load_weight_rows<T, kTileN>(w_s + ((j + 1) % 2) * kTileN * kLd, w, (j + 1) * kTileN, p.N);
+    cp_async_commit();
+    const T* wt = w_s + (j % 2) * kTileN * kLd;
+    float acc[kTileN / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kK / 16; ++ks) {
+#pragma unroll
+      for (int np = 0; np < kTileN / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, wt + (np * 16 + (lane / 16) * 8 + lane % 8) * kLd + ks * 16 + ((lane / 8) % 2) * 8);
+        mma16816<T>(acc[2 * np], a[ks], b[0], b[1]);
+        mma16816<T>(acc[2 * np + 1], a[ks], b[2], b[3]);
+      }
+    }
+    const int64_t n0 = static_cast<int64_t>(j) * kTileN;
+#pragma unroll
+    for (int nt = 0; nt < kTileN / 8; ++nt) {
+      const int col = nt * 8 + 2 * t;
+      float b0 = 0.f, b1 = 0.f;
+      if (p.bias != nullptr && n0 + col < p.N) b0 = p.bias[n0 + col], b1 = p.bias[n0 + col + 1];
+      *reinterpret_cast<uint32_t*>(o_s + (warp * 16 + g) * kLdN + col) = pack2<T>(acc[nt][0] + b0, acc[nt][1] + b1);
+      *reinterpret_cast<uint32_t*>(o_s + (warp * 16 + g + 8) * kLdN + col) = pack2<T>(acc[nt][2] + b0, acc[nt][3] + b1);
+    }
+    __syncthreads();
+    // Widest store the row alignment allows (y rows are N elements long, N even).
+    const int vec = p.N % 8 == 0 ? 8 : p.N % 4 == 0 ? 4 : 2;
+    const int per_row = kTileN / vec;
+    for (int i = threadIdx.x; i < kRows * per_row; i += kThreads) {
+      const int r = i / per_row, c = (i % per_row) * vec;
+      const int64_t row = row0 + r, n = n0 + c;
+      if (row >= p.M || n >= p.N) continue;
+      const T* src = o_s + r * kLdN + c;
+      T* dst = y + row * p.N + n;
+      if (vec == 8) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      else if (vec == 4) *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+      else *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
+    }
+  }
+}
+
+// ---- backward: dx --------------------------------------------------------------------------
+
+constexpr int kDxSmem = (2 * kRows * kLdN + 2 * kTileN * kLd) * 2;
+
+template <typename Tin, typename T>
+__global__ void __launch_bounds__(kThreads, 2) dx_kernel(const LayerNormLinearParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* dy_s = reinterpret_cast<T*>(smem);  // 2 x [kRows][kLdN]
+  T* w_s = dy_s + 2 * kRows * kLdN;      // 2 x [kTileN][kLd]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const T* w = static_cast<const T*>(p.w);
+  const T* dy = static_cast<const T*>(p.dy);
+  const int n_tiles = static_cast<int>((p.N + kTileN - 1) / kTileN);
+  load_dy_tile<T, kRows, kTileN, kLdN>(dy_s, dy, row0, 0, p.M, p.N);
+  load_weight_rows<T, kTileN>(w_s, w, 0, p.N);
+  cp_async_commit();
+
+  // acc = dxhat' (the gradient of the scaled and shifted rows) for 16 rows x 128 columns.
+  float acc[kK / 8][4] = {};
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < n_tiles) {
+      load_dy_tile<T, kRows, kTileN, kLdN>(dy_s + ((j + 1) % 2) * kRows * kLdN, dy, row0, (j + 1) * kTileN, p.M, p.N);
+      load_weight_rows<T, kTileN>(w_s + ((j + 1) % 2) * kTileN * kLd, w, (j + 1) * kTileN, p.N);
+    }
+    cp_async_commit();
+    const T* dyt = dy_s + (j % 2) * kRows * kLdN;
+    const T* wt = w_s + (j % 2) * kTileN * kLd;
+#pragma unroll
+    for (int ks = 0; ks < kTileN / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, dyt + (warp * 16 + lane % 16) * kLdN + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int kp = 0; kp < kK / 16; ++kp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, wt + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kLd + kp * 16 + (lane / 16) * 8);
+        mma16816<T>(acc[2 * kp], a, b[0], b[1]);
+        mma16816<T>(acc[2 * kp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  // LayerNorm backward for rows g and g + 8 of this warp's 16:
+  //   dxhat = dxhat' * ln_w,  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+  const int g = lane / 4, t = lane % 4;
+  const Tin* x = static_cast<const Tin*>(p.x);
+  int64_t rows[2];
+  float mean[2], rstd[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    rows[h] = row0 + warp * 16 + g + 8 * h;
+    const bool valid = rows[h] < p.M;
+    mean[h] = valid ? p.mean[rows[h]] : 0.f;
+    rstd[h] = valid ? p.rstd[rows[h]] : 0.f;
+  }
+  auto xhat = [&](int h, int col) {
+    const float2 v = rows[h] < p.M ? load2(x + rows[h] * kK + col) : make_float2(0.f, 0.f);
+    return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
+  };
+  float s1[2] = {0.f, 0.f}, s2[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < kK / 8; ++nt) {
+    const int col = nt * 8 + 2 * t;
+    const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 xh = xhat(h, col);
+      const float d0 = acc[nt][2 * h] * gw.x, d1 = acc[nt][2 * h + 1] * gw.y;
+      s1[h] += d0 + d1;
+      s2[h] += d0 * xh.x + d1 * xh.y;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      s1[h] += __shfl_xor_sync(0xffffffffu, s1[h], o);
+      s2[h] += __shfl_xor_sync(0xffffffffu, s2[h], o);
+    }
+    s1[h] *= 1.f / kK;
+    s2[h] *= 1.f / kK;
+  }
+  Tin* dx = static_cast<Tin*>(p.dx);
+#pragma unroll
+  for (int nt = 0; nt < kK / 8; ++nt) {
+    const int col = nt * 8 + 2 * t;
+    const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (rows[h] >= p.M) continue;
+      const float2 xh = xhat(h, col);
+      store2(dx + rows[h] * kK + col, rstd[h] * (acc[nt][2 * h] * gw.x - s1[h] - xh.x * s2[h]),
+             rstd[h] * (acc[nt][2 * h + 1] * gw.y - s1[h] - xh.y * s2[h]));
+    }
+  }
+}
+
+// ---- backward: G = dy^T xhat and colsum(dy), per row chunk ---------------------------------
+
+constexpr int kGSmem = (2 * kStepM * kLdF + 2 * kStepM * kLd) * 2;
+
+// Per-thread share of one 64-row step of x: row tid / 4, columns (tid % 4) * 32 .. +31, held
+// as raw 16-byte vectors between the load and the normalisation.
+template <typename Tin>
+struct XSlice {
+  static constexpr int kVecs = 32 * static_cast<int>(sizeof(Tin)) / 16;
+  uint4 raw[kVecs];
+};
+
+template <typename Tin>
+__device__ __forceinline__ void load_x_slice(XSlice<Tin>& s, const Tin* x, int64_t m0, int64_t M) {
+  const int64_t row = m0 + threadIdx.x / 4;
+  const uint4* src = reinterpret_cast<const uint4*>(x + row * kK + (threadIdx.x % 4) * 32);
+#pragma unroll
+  for (int i = 0; i < XSlice<Tin>::kVecs; ++i) s.raw[i] = row < M ? src[i] : make_uint4(0, 0, 0, 0);
+}
+
+// xhat = (x - mean) * rstd in T, into dst [kStepM][kLd]; rows past M are zeros.
+template <typename Tin, typename T>
+__device__ __forceinline__ void store_xhat_slice(T* dst, const XSlice<Tin>& s, const float* mean_g,
+                                                 const float* rstd_g, int64_t m0, int64_t M) {
+  const int r = threadIdx.x / 4;
+  const int64_t row = m0 + r;
+  const float mean = row < M ? mean_g[row] : 0.f, rstd = row < M ? rstd_g[row] : 0.f;
+  float v[32];
+  if constexpr (std::is_same_v<Tin, float>) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 f = reinterpret_cast<const float4&>(s.raw[i]);
+      v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(&s.raw[i]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = unpack2<Tin>(w[j]);
+        v[8 * i + 2 * j] = f.x, v[8 * i + 2 * j + 1] = f.y;
+      }
+    }
+  }
+  uint4* out = reinterpret_cast<uint4*>(dst + r * kLd + (threadIdx.x % 4) * 32);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = pack2<T>((v[8 * i + 2 * j] - mean) * rstd, (v[8 * i + 2 * j + 1] - mean) * rstd);
+    out[i] = make_uint4(q[0], q[1], q[2], q[3]);
+  }
+}
+
+template <typename Tin, typename T>
+__global__ void __launch_bounds__(kThreads, 2) g_kernel(const LayerNormLinearParams p, int64_t steps_per_chunk) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* dy_s = reinterpret_cast<T*>(smem);  // 2 x [kStepM][kLdF]: dy rows, this block's 128 features
+  T* xh_s = dy_s + 2 * kStepM * kLdF;    // 2 x [kStepM][kLd]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kFeatures;
+  const int64_t chunk = blockIdx.y;
+  const int64_t total_steps = (p.M + kStepM - 1) / kStepM;
+  const int64_t step0 = chunk * steps_per_chunk;
+  const int64_t steps = total_steps - step0 < steps_per_chunk ? total_steps - step0 : steps_per_chunk;
+  const T* dy = static_cast<const T*>(p.dy);
+  const Tin* x = static_cast<const Tin*>(p.x);
+
+  XSlice<Tin> slice;
+  load_dy_tile<T, kStepM, kFeatures, kLdF>(dy_s, dy, step0 * kStepM, n0, p.M, p.N);
+  cp_async_commit();
+  load_x_slice(slice, x, step0 * kStepM, p.M);
+  store_xhat_slice<Tin, T>(xh_s, slice, p.mean, p.rstd, step0 * kStepM, p.M);
+
+  float acc[kK / 8][4] = {};  // G rows 16*warp .. +15 (features) x 128 columns
+  float acc_db[4] = {};       // colsum(dy) of the same features, in every column
+  const uint32_t ones = pack2<T>(1.f, 1.f);
+  for (int64_t i = 0; i < steps; ++i) {
+    cp_async_wait<0>();
+    __syncthreads();  // step i's dy and xhat are in; step i-1's readers are done
+    const int64_t m_next = (step0 + i + 1) * kStepM;
+    const bool more = i + 1 < steps;
+    if (more) {
+      load_dy_tile<T, kStepM, kFeatures, kLdF>(dy_s + ((i + 1) % 2) * kStepM * kLdF, dy, m_next, n0, p.M, p.N);
+      load_x_slice(slice, x, m_next, p.M);
+    }
+    cp_async_commit();
+    const T* dyt = dy_s + (i % 2) * kStepM * kLdF;
+    const T* xht = xh_s + (i % 2) * kStepM * kLd;
+#pragma unroll
+    for (int ks = 0; ks < kStepM / 16; ++ks) {
+      uint32_t a[4];  // dy^T: features as rows, the step's rows of dy as the reduction
+      ldmatrix_x4_trans(a, dyt + (ks * 16 + (lane / 16) * 8 + lane % 8) * kLdF + warp * 16 + ((lane / 8) % 2) * 8);
+      mma16816<T>(acc_db, a, ones, ones);
+#pragma unroll
+      for (int kp = 0; kp < kK / 16; ++kp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, xht + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kLd + kp * 16 + (lane / 16) * 8);
+        mma16816<T>(acc[2 * kp], a, b[0], b[1]);
+        mma16816<T>(acc[2 * kp + 1], a, b[2], b[3]);
+      }
+    }
+    if (more) store_xhat_slice<Tin, T>(xh_s + ((i + 1) % 2) * kStepM * kLd, slice, p.mean, p.rstd, m_next, p.M);
+  }
+
+  const int g = lane / 4, t = lane % 4;
+  float* gp = p.g_partial + chunk * p.N * kK;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + warp * 16 + g + 8 * h;
+    if (n >= p.N) continue;
+#pragma unroll
+    for (int nt = 0; nt < kK / 8; ++nt)
+      *reinterpret_cast<float2*>(gp + n * kK + nt * 8 + 2 * t) = make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
+    if (t == 0) p.db_partial[chunk * p.N + n] = acc_db[2 * h];
+  }
+}
+
+// ---- backward: the small reductions --------------------------------------------------------
+
+// G = sum of the chunk partials in chunk order; db likewise.
+__global__ void sum_chunks_kernel(const LayerNormLinearParams p, int64_t chunks) {
+  const int64_t size = p.N * kK;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < size;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) s += p.g_partial[c * size + e];
+    p.g[e] = s;
+    if (e < p.N) {
+      float d = 0.f;
+      for (int64_t c = 0; c < chunks; ++c) d += p.db_partial[c * p.N + e];
+      p.db[e] = d;
+    }
+  }
+}
+
+// Block k: d ln_w[k] = sum_n w[n,k] G[n,k] and d ln_b[k] = sum_n db[n] w[n,k], each summed
+// by a fixed tree; and dw[:, k] = G[:, k] * ln_w[k] + db * ln_b[k].
+template <typename T>
+__global__ void finish_kernel(const LayerNormLinearParams p) {
+  __shared__ float red[2][kThreads];
+  const int k = blockIdx.x;
+  const T* w = static_cast<const T*>(p.w);
+  float sw = 0.f, sb = 0.f;
+  for (int64_t n = threadIdx.x; n < p.N; n += kThreads) {
+    const float wk = static_cast<float>(w[n * kK + k]), gk = p.g[n * kK + k], db = p.db[n];
+    sw += wk * gk;
+    sb += db * wk;
+    p.dw[n * kK + k] = gk * p.ln_w[k] + db * p.ln_b[k];
+  }
+  red[0][threadIdx.x] = sw;
+  red[1][threadIdx.x] = sb;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      red[0][threadIdx.x] += red[0][threadIdx.x + s];
+      red[1][threadIdx.x] += red[1][threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    p.d_ln_w[k] = red[0][0];
+    p.d_ln_b[k] = red[1][0];
+  }
+}
+
+// ---- launch --------------------------------------------------------------------------------
+
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t stream, Args... args) {
+  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(args...);
+  MF_CUDA_CHECK(cudaGetLastError());
+}
+
+// Calls fn(Tin{}, T{}) for the kernel's element types.
+template <typename Fn>
+void dispatch(const LayerNormLinearParams& p, Fn&& fn) {
+  const bool x_float = p.x_dtype == DType::kFloat32;
+  if (p.dtype == DType::kBFloat16) {
+    if (x_float) fn(float{}, __nv_bfloat16{});
+    else fn(__nv_bfloat16{}, __nv_bfloat16{});
+  } else {
+    if (x_float) fn(float{}, __half{});
+    else fn(__half{}, __half{});
+  }
+}
+
+int64_t m_steps(int64_t M) { return (M + kStepM - 1) / kStepM; }
+int64_t steps_per_chunk(int64_t M, int64_t N) {
+  // About 512 blocks over the feature tiles and row chunks: two waves of two blocks per SM
+  // on an H200, enough chunks to keep every SM busy at small M.
+  const int64_t feature_tiles = (N + kFeatures - 1) / kFeatures;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(m_steps(M), 512 / feature_tiles));
+  return (m_steps(M) + chunks - 1) / chunks;
+}
+
+}  // namespace
+
+int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N) {
+  if (M == 0) return 0;
+  const int64_t per = steps_per_chunk(M, N);
+  return (m_steps(M) + per - 1) / per;
+}
+
+void layernorm_linear_forward(const LayerNormLinearParams& p, void* stream) {
+  if (p.M == 0 || p.N == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned int>((p.M + kRows - 1) / kRows));
+  dispatch(p, [&](auto tin, auto t) {
+    launch(forward_kernel<decltype(tin), decltype(t)>, grid, kForwardSmem, s, p);
+  });
+}
+
+void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream) {
+  if (p.N == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.M == 0) {
+    MF_CUDA_CHECK(cudaMemsetAsync(p.dw, 0, p.N * kK * sizeof(float), s));
+    MF_CUDA_CHECK(cudaMemsetAsync(p.db, 0, p.N * sizeof(float), s));
+    MF_CUDA_CHECK(cudaMemsetAsync(p.d_ln_w, 0, kK * sizeof(float), s));
+    MF_CUDA_CHECK(cudaMemsetAsync(p.d_ln_b, 0, kK * sizeof(float), s));
+    return;
+  }
+  const int64_t per = steps_per_chunk(p.M, p.N);
+  const int64_t chunks = layernorm_linear_dw_chunks(p.M, p.N);
+  const dim3 dx_grid(static_cast<unsigned int>((p.M + kRows - 1) / kRows));
+  const dim3 g_grid(static_cast<unsigned int>((p.N + kFeatures - 1) / kFeatures), static_cast<unsigned int>(chunks));
+  dispatch(p, [&](auto tin, auto t) {
+    using Tin = decltype(tin);
+    using T = decltype(t);
+    launch(dx_kernel<Tin, T>, dx_grid, kDxSmem, s, p);
+    launch(g_kernel<Tin, T>, g_grid, kGSmem, s, p, per);
+    const auto blocks = static_cast<unsigned int>(std::min<int64_t>((p.N * kK + 255) / 256, 1024));
+    sum_chunks_kernel<<<blocks, 256, 0, s>>>(p, chunks);
+    MF_CUDA_CHECK(cudaGetLastError());
+    finish_kernel<T><<<kK, kThreads, 0, s>>>(p);
+    MF_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace megafold::ops::cuda
