@@ -11,7 +11,9 @@ Traffic counted per call (bf16 = 2 B): forward reads x and writes y; backward re
 measured time, so it is comparable across implementations, not what each one really moves.
 
 usage: python3 bench/fused_ops.py --lib build/src/libmegafold_ops.so --out bench/results/fused_ops.json
-           [--n 384 768 1024] [--impl megafold eager compile]
+           [--n 384 768 1024] [--impl megafold eager compile] [--profile]
+--profile also prints megafold's per-kernel GPU time (torch profiler, 10 fwd+bwd) with the
+bytes each kernel must move and the bandwidth that implies.
 """
 import argparse
 import datetime
@@ -53,14 +55,46 @@ def layernorm_linear_case(n, impl):
     return fn, args, grads, {"c_in": C_IN, "c_out": C_OUT}, flops_fwd, bytes_fwd, bytes_bwd
 
 
+def profile_kernels(n):
+    """Per-kernel time of megafold's layernorm_linear fwd+bwd at n, and GB/s of each kernel's
+    compulsory traffic (forward: x, y; dx: dy, x, dx; g: dy, x)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn, inputs, grads, _, _, _, _ = layernorm_linear_case(n, "megafold")
+    rows, reps = n * n, 10
+    traffic = {"forward_kernel": 2 * rows * (C_IN + C_OUT), "dx_kernel": 2 * rows * (C_OUT + 2 * C_IN),
+               "g_kernel": 2 * rows * (C_OUT + C_IN)}
+    for _ in range(3):
+        fn(*inputs).backward(grads)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn(*inputs).backward(grads)
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name] = times.get(e.name, 0.0) + e.device_time_total / 1e3 / reps
+    print(f"N={n}: per fwd+bwd, ms")
+    for name, ms in sorted(times.items(), key=lambda kv: -kv[1]):
+        short = next((k for k in traffic if k in name), None)
+        rate = f"  {traffic[short] / ms / 1e6:6.0f} GB/s of compulsory traffic" if short else ""
+        print(f"  {ms:8.4f}  {name[:70]}{rate}")
+    print(f"  {sum(times.values()):8.4f}  total")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, nargs="+", default=[384, 768, 1024])
     ap.add_argument("--impl", nargs="+", default=["megafold", "eager", "compile"])
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     torch.ops.load_library(args.lib)
+    if args.profile:
+        for n in args.n:
+            profile_kernels(n)
     result = {"gpu": device_name(), "commit": commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "torch": torch.__version__, "rows": []}
     for n in args.n:

@@ -5,15 +5,18 @@
 //   forward_kernel  block = 128 rows of x: LayerNorm in registers (one warp per 16 rows, a
 //                   lane per 4 columns), normalised rows to shared memory once, their A
 //                   fragments to registers once; then the weight is streamed through in
-//                   64-row tiles (cp.async, double buffered) and each 128x64 output tile
-//                   leaves through a shared staging tile as full-width row stores.
+//                   64-row tiles (cp.async, double buffered) and each warp's 16x64 output
+//                   tile leaves through its own shared staging tile as 16-byte row stores.
 //   dx_kernel       block = 128 rows: dxhat' = dy @ w over c_out in 64-wide steps (dy and w
 //                   tiles double buffered), then the LayerNorm backward on the accumulators:
-//                   the row sums it needs are quad shuffles, x is re-read per fragment.
+//                   the row sums it needs are quad shuffles plus one exchange between the
+//                   two warps sharing a row; x is re-read per fragment.
 //   g_kernel        block = (128 output features, a chunk of rows): G = dy^T @ xhat with
 //                   dy^T read by transposing ldmatrix, xhat rebuilt from x, mean and rstd
-//                   into shared memory one 64-row step ahead; colsum(dy) rides along as one
+//                   into shared memory one 32-row step ahead; colsum(dy) rides along as one
 //                   more mma against a ones operand.
+// Shared memory bandwidth, not DRAM, limits all three (Nsight Compute: L1/shared pipe ~70%
+// busy, DRAM ~30%), hence warp tiles of 32 rows so that fragments are reused from registers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -35,7 +38,7 @@ constexpr int kThreads = 256;     // 8 warps
 constexpr int kRows = 128;        // rows of x per forward / dx block (16 per warp)
 constexpr int kTileN = 64;        // c_out per streamed step (forward, dx)
 constexpr int kLdN = kTileN + 8;  // padded row of a 64-wide tile
-constexpr int kStepM = 64;        // rows per step of g_kernel
+constexpr int kStepM = 32;        // rows per step of g_kernel
 constexpr int kFeatures = 128;    // c_out per g_kernel block (16 per warp)
 constexpr int kLdF = kFeatures + 8;
 
@@ -107,14 +110,15 @@ __device__ __forceinline__ void load_dy_tile(T* dst, const T* dy, int64_t m0, in
 
 // ---- forward -------------------------------------------------------------------------------
 
-constexpr int kForwardSmem = (kRows * kLd + 2 * kTileN * kLd + kRows * kLdN) * 2;
+constexpr int kLdS = 32 + 8;      // padded row of a warp's 32x32 output staging tile
+constexpr int kForwardSmem = (kRows * kLd + 2 * kTileN * kLd + 8 * 32 * kLdS) * 2;
 
 template <typename Tin, typename T>
 __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const LayerNormLinearParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* a_s = reinterpret_cast<T*>(smem);  // [kRows][kLd] normalised, scaled and shifted rows
   T* w_s = a_s + kRows * kLd;           // 2 x [kTileN][kLd]
-  T* o_s = w_s + 2 * kTileN * kLd;      // [kRows][kLdN] output staging
+  T* o_s = w_s + 2 * kTileN * kLd;      // 8 x [32][kLdS] output staging, one per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const T* w = static_cast<const T*>(p.w);
@@ -147,53 +151,77 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const LayerNormLin
     }
   }
   __syncthreads();
-  uint32_t a[kK / 16][4];  // this warp's 16 rows as A fragments, reused for every output tile
+  // Warp grid 4 x 2 over each 128 x 64 output tile: warp (rg, ch) owns rows 32*rg .. +31 and
+  // columns 32*ch .. +31, so a weight fragment read from shared memory feeds two row blocks
+  // (half the shared-memory reads of one-warp-per-16-rows; shared memory is the limiter).
+  const int rg = warp / 2, ch = warp % 2;
+  uint32_t a[2][kK / 16][4];  // this warp's 32 rows as A fragments, reused for every output tile
 #pragma unroll
-  for (int ks = 0; ks < kK / 16; ++ks)
-    ldmatrix_x4(a[ks], a_s + (warp * 16 + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ks = 0; ks < kK / 16; ++ks)
+      ldmatrix_x4(a[mi][ks], a_s + (rg * 32 + mi * 16 + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
 
   T* y = static_cast<T*>(p.y);
   const int g = lane / 4, t = lane % 4;
+  T* stage = o_s + warp * 32 * kLdS;
+  const int64_t row_w = row0 + rg * 32;
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<0>();
-    __syncthreads();  // weight tile j is in; the previous tile's staging reads are done
+    __syncthreads();  // weight tile j is in for every warp; tile j-1's readers are done
     if (j + 1 < n_tiles) load_weight_rows<T, kTileN>(w_s + ((j + 1) % 2) * kTileN * kLd, w, (j + 1) * kTileN, p.N);
     cp_async_commit();
-    const T* wt = w_s + (j % 2) * kTileN * kLd;
-    float acc[kTileN / 8][4] = {};
+    const T* wt = w_s + (j % 2) * kTileN * kLd + ch * 32 * kLd;
+    float acc[2][4][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kK / 16; ++ks) {
 #pragma unroll
-      for (int np = 0; np < kTileN / 16; ++np) {
+      for (int np = 0; np < 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, wt + (np * 16 + (lane / 16) * 8 + lane % 8) * kLd + ks * 16 + ((lane / 8) % 2) * 8);
-        mma16816<T>(acc[2 * np], a[ks], b[0], b[1]);
-        mma16816<T>(acc[2 * np + 1], a[ks], b[2], b[3]);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          mma16816<T>(acc[mi][2 * np], a[mi][ks], b[0], b[1]);
+          mma16816<T>(acc[mi][2 * np + 1], a[mi][ks], b[2], b[3]);
+        }
       }
     }
-    const int64_t n0 = static_cast<int64_t>(j) * kTileN;
+    // Each warp stages its own 32x32 output tile and stores it as whole row segments, so
+    // only a warp barrier separates the two.
+    const int64_t n0 = static_cast<int64_t>(j) * kTileN + ch * 32;
 #pragma unroll
-    for (int nt = 0; nt < kTileN / 8; ++nt) {
+    for (int nt = 0; nt < 4; ++nt) {
       const int col = nt * 8 + 2 * t;
       float b0 = 0.f, b1 = 0.f;
       if (p.bias != nullptr && n0 + col < p.N) b0 = p.bias[n0 + col], b1 = p.bias[n0 + col + 1];
-      *reinterpret_cast<uint32_t*>(o_s + (warp * 16 + g) * kLdN + col) = pack2<T>(acc[nt][0] + b0, acc[nt][1] + b1);
-      *reinterpret_cast<uint32_t*>(o_s + (warp * 16 + g + 8) * kLdN + col) = pack2<T>(acc[nt][2] + b0, acc[nt][3] + b1);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        *reinterpret_cast<uint32_t*>(stage + (mi * 16 + g) * kLdS + col) = pack2<T>(acc[mi][nt][0] + b0, acc[mi][nt][1] + b1);
+        *reinterpret_cast<uint32_t*>(stage + (mi * 16 + g + 8) * kLdS + col) = pack2<T>(acc[mi][nt][2] + b0, acc[mi][nt][3] + b1);
+      }
     }
-    __syncthreads();
+    __syncwarp();
     // Widest store the row alignment allows (y rows are N elements long, N even).
-    const int vec = p.N % 8 == 0 ? 8 : p.N % 4 == 0 ? 4 : 2;
-    const int per_row = kTileN / vec;
-    for (int i = threadIdx.x; i < kRows * per_row; i += kThreads) {
-      const int r = i / per_row, c = (i % per_row) * vec;
-      const int64_t row = row0 + r, n = n0 + c;
-      if (row >= p.M || n >= p.N) continue;
-      const T* src = o_s + r * kLdN + c;
-      T* dst = y + row * p.N + n;
-      if (vec == 8) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-      else if (vec == 4) *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
-      else *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
+    if (p.N % 8 == 0) {
+#pragma unroll
+      for (int i = lane; i < 32 * 4; i += 32) {
+        const int r = i / 4, c = (i % 4) * 8;
+        if (row_w + r < p.M && n0 + c < p.N)
+          *reinterpret_cast<uint4*>(y + (row_w + r) * p.N + n0 + c) = *reinterpret_cast<const uint4*>(stage + r * kLdS + c);
+      }
+    } else {
+      const int vec = p.N % 4 == 0 ? 4 : 2;
+      const int per_row = 32 / vec;
+      for (int i = lane; i < 32 * per_row; i += 32) {
+        const int r = i / per_row, c = (i % per_row) * vec;
+        if (row_w + r >= p.M || n0 + c >= p.N) continue;
+        const T* src = stage + r * kLdS + c;
+        T* dst = y + (row_w + r) * p.N + n0 + c;
+        if (vec == 4) *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+        else *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
+      }
     }
+    __syncwarp();  // the staging tile is rewritten by the next step
   }
 }
 
@@ -215,8 +243,11 @@ __global__ void __launch_bounds__(kThreads, 2) dx_kernel(const LayerNormLinearPa
   load_weight_rows<T, kTileN>(w_s, w, 0, p.N);
   cp_async_commit();
 
-  // acc = dxhat' (the gradient of the scaled and shifted rows) for 16 rows x 128 columns.
-  float acc[kK / 8][4] = {};
+  // acc = dxhat' (the gradient of the scaled and shifted rows). Warp grid 4 x 2: warp
+  // (rg, kh) owns rows 32*rg .. +31 and columns 64*kh .. +63, so each fragment read from
+  // shared memory feeds 4 (dy) or 2 (w) products.
+  const int rg = warp / 2, kh = warp % 2;
+  float acc[2][8][4] = {};
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<0>();
     __syncthreads();
@@ -225,73 +256,90 @@ __global__ void __launch_bounds__(kThreads, 2) dx_kernel(const LayerNormLinearPa
       load_weight_rows<T, kTileN>(w_s + ((j + 1) % 2) * kTileN * kLd, w, (j + 1) * kTileN, p.N);
     }
     cp_async_commit();
-    const T* dyt = dy_s + (j % 2) * kRows * kLdN;
-    const T* wt = w_s + (j % 2) * kTileN * kLd;
+    const T* dyt = dy_s + (j % 2) * kRows * kLdN + rg * 32 * kLdN;
+    const T* wt = w_s + (j % 2) * kTileN * kLd + kh * 64;
 #pragma unroll
     for (int ks = 0; ks < kTileN / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, dyt + (warp * 16 + lane % 16) * kLdN + ks * 16 + (lane / 16) * 8);
+      uint32_t a[2][4];
 #pragma unroll
-      for (int kp = 0; kp < kK / 16; ++kp) {
+      for (int mi = 0; mi < 2; ++mi)
+        ldmatrix_x4(a[mi], dyt + (mi * 16 + lane % 16) * kLdN + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int kp = 0; kp < 4; ++kp) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, wt + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kLd + kp * 16 + (lane / 16) * 8);
-        mma16816<T>(acc[2 * kp], a, b[0], b[1]);
-        mma16816<T>(acc[2 * kp + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          mma16816<T>(acc[mi][2 * kp], a[mi], b[0], b[1]);
+          mma16816<T>(acc[mi][2 * kp + 1], a[mi], b[2], b[3]);
+        }
       }
     }
   }
 
-  // LayerNorm backward for rows g and g + 8 of this warp's 16:
+  // LayerNorm backward for this lane's rows 32*rg + 16*mi + g + 8*h (mi, h in {0, 1}):
   //   dxhat = dxhat' * ln_w,  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+  // Row sums: over the lane's columns, the quad, then the two column halves (warps kh = 0, 1)
+  // through shared memory, always added as half 0 + half 1.
   const int g = lane / 4, t = lane % 4;
   const Tin* x = static_cast<const Tin*>(p.x);
-  int64_t rows[2];
-  float mean[2], rstd[2];
+  int64_t rows[4];
+  float mean[4], rstd[4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    rows[h] = row0 + warp * 16 + g + 8 * h;
-    const bool valid = rows[h] < p.M;
-    mean[h] = valid ? p.mean[rows[h]] : 0.f;
-    rstd[h] = valid ? p.rstd[rows[h]] : 0.f;
+  for (int q = 0; q < 4; ++q) {
+    rows[q] = row0 + rg * 32 + (q / 2) * 16 + g + 8 * (q % 2);
+    const bool valid = rows[q] < p.M;
+    mean[q] = valid ? p.mean[rows[q]] : 0.f;
+    rstd[q] = valid ? p.rstd[rows[q]] : 0.f;
   }
-  auto xhat = [&](int h, int col) {
-    const float2 v = rows[h] < p.M ? load2(x + rows[h] * kK + col) : make_float2(0.f, 0.f);
-    return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
+  auto xhat = [&](int q, int col) {
+    const float2 v = rows[q] < p.M ? load2(x + rows[q] * kK + col) : make_float2(0.f, 0.f);
+    return make_float2((v.x - mean[q]) * rstd[q], (v.y - mean[q]) * rstd[q]);
   };
-  float s1[2] = {0.f, 0.f}, s2[2] = {0.f, 0.f};
+  float s1[4] = {}, s2[4] = {};
 #pragma unroll
-  for (int nt = 0; nt < kK / 8; ++nt) {
-    const int col = nt * 8 + 2 * t;
+  for (int nt = 0; nt < 8; ++nt) {
+    const int col = kh * 64 + nt * 8 + 2 * t;
     const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float2 xh = xhat(h, col);
-      const float d0 = acc[nt][2 * h] * gw.x, d1 = acc[nt][2 * h + 1] * gw.y;
-      s1[h] += d0 + d1;
-      s2[h] += d0 * xh.x + d1 * xh.y;
+    for (int q = 0; q < 4; ++q) {
+      const float2 xh = xhat(q, col);
+      const float d0 = acc[q / 2][nt][2 * (q % 2)] * gw.x, d1 = acc[q / 2][nt][2 * (q % 2) + 1] * gw.y;
+      s1[q] += d0 + d1;
+      s2[q] += d0 * xh.x + d1 * xh.y;
     }
   }
+  float2* sums = reinterpret_cast<float2*>(w_s);  // [2 halves][kRows] (s1, s2); the tiles are done
+  __syncthreads();
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int q = 0; q < 4; ++q) {
 #pragma unroll
     for (int o = 1; o < 4; o <<= 1) {
-      s1[h] += __shfl_xor_sync(0xffffffffu, s1[h], o);
-      s2[h] += __shfl_xor_sync(0xffffffffu, s2[h], o);
+      s1[q] += __shfl_xor_sync(0xffffffffu, s1[q], o);
+      s2[q] += __shfl_xor_sync(0xffffffffu, s2[q], o);
     }
-    s1[h] *= 1.f / kK;
-    s2[h] *= 1.f / kK;
+    if (t == 0) sums[kh * kRows + rg * 32 + (q / 2) * 16 + g + 8 * (q % 2)] = make_float2(s1[q], s2[q]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int r = rg * 32 + (q / 2) * 16 + g + 8 * (q % 2);
+    const float2 h0 = sums[r], h1 = sums[kRows + r];
+    s1[q] = (h0.x + h1.x) * (1.f / kK);
+    s2[q] = (h0.y + h1.y) * (1.f / kK);
   }
   Tin* dx = static_cast<Tin*>(p.dx);
 #pragma unroll
-  for (int nt = 0; nt < kK / 8; ++nt) {
-    const int col = nt * 8 + 2 * t;
+  for (int nt = 0; nt < 8; ++nt) {
+    const int col = kh * 64 + nt * 8 + 2 * t;
     const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (rows[h] >= p.M) continue;
-      const float2 xh = xhat(h, col);
-      store2(dx + rows[h] * kK + col, rstd[h] * (acc[nt][2 * h] * gw.x - s1[h] - xh.x * s2[h]),
-             rstd[h] * (acc[nt][2 * h + 1] * gw.y - s1[h] - xh.y * s2[h]));
+    for (int q = 0; q < 4; ++q) {
+      if (rows[q] >= p.M) continue;
+      const float2 xh = xhat(q, col);
+      const float* c = acc[q / 2][nt] + 2 * (q % 2);
+      store2(dx + rows[q] * kK + col, rstd[q] * (c[0] * gw.x - s1[q] - xh.x * s2[q]),
+             rstd[q] * (c[1] * gw.y - s1[q] - xh.y * s2[q]));
     }
   }
 }
@@ -300,18 +348,22 @@ __global__ void __launch_bounds__(kThreads, 2) dx_kernel(const LayerNormLinearPa
 
 constexpr int kGSmem = (2 * kStepM * kLdF + 2 * kStepM * kLd) * 2;
 
-// Per-thread share of one 64-row step of x: row tid / 4, columns (tid % 4) * 32 .. +31, held
-// as raw 16-byte vectors between the load and the normalisation.
+// Per-thread share of one step of x: row tid / 8, columns (tid % 8) * 16 .. +15, held as raw
+// 16-byte vectors between the load (issued before a step's products) and the normalisation
+// (after them).
+constexpr int kSliceElems = kStepM * kK / kThreads;  // 16
+static_assert(kSliceElems == 16, "x slice mapping assumes 16 elements per thread");
+
 template <typename Tin>
 struct XSlice {
-  static constexpr int kVecs = 32 * static_cast<int>(sizeof(Tin)) / 16;
+  static constexpr int kVecs = kSliceElems * static_cast<int>(sizeof(Tin)) / 16;
   uint4 raw[kVecs];
 };
 
 template <typename Tin>
 __device__ __forceinline__ void load_x_slice(XSlice<Tin>& s, const Tin* x, int64_t m0, int64_t M) {
-  const int64_t row = m0 + threadIdx.x / 4;
-  const uint4* src = reinterpret_cast<const uint4*>(x + row * kK + (threadIdx.x % 4) * 32);
+  const int64_t row = m0 + threadIdx.x / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(x + row * kK + (threadIdx.x % 8) * kSliceElems);
 #pragma unroll
   for (int i = 0; i < XSlice<Tin>::kVecs; ++i) s.raw[i] = row < M ? src[i] : make_uint4(0, 0, 0, 0);
 }
@@ -320,19 +372,19 @@ __device__ __forceinline__ void load_x_slice(XSlice<Tin>& s, const Tin* x, int64
 template <typename Tin, typename T>
 __device__ __forceinline__ void store_xhat_slice(T* dst, const XSlice<Tin>& s, const float* mean_g,
                                                  const float* rstd_g, int64_t m0, int64_t M) {
-  const int r = threadIdx.x / 4;
+  const int r = threadIdx.x / 8;
   const int64_t row = m0 + r;
   const float mean = row < M ? mean_g[row] : 0.f, rstd = row < M ? rstd_g[row] : 0.f;
-  float v[32];
+  float v[kSliceElems];
   if constexpr (std::is_same_v<Tin, float>) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < XSlice<Tin>::kVecs; ++i) {
       const float4 f = reinterpret_cast<const float4&>(s.raw[i]);
       v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < XSlice<Tin>::kVecs; ++i) {
       const uint32_t* w = reinterpret_cast<const uint32_t*>(&s.raw[i]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -341,9 +393,9 @@ __device__ __forceinline__ void store_xhat_slice(T* dst, const XSlice<Tin>& s, c
       }
     }
   }
-  uint4* out = reinterpret_cast<uint4*>(dst + r * kLd + (threadIdx.x % 4) * 32);
+  uint4* out = reinterpret_cast<uint4*>(dst + r * kLd + (threadIdx.x % 8) * kSliceElems);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kSliceElems / 8; ++i) {
     uint32_t q[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) q[j] = pack2<T>((v[8 * i + 2 * j] - mean) * rstd, (v[8 * i + 2 * j + 1] - mean) * rstd);
@@ -371,8 +423,12 @@ __global__ void __launch_bounds__(kThreads, 2) g_kernel(const LayerNormLinearPar
   load_x_slice(slice, x, step0 * kStepM, p.M);
   store_xhat_slice<Tin, T>(xh_s, slice, p.mean, p.rstd, step0 * kStepM, p.M);
 
-  float acc[kK / 8][4] = {};  // G rows 16*warp .. +15 (features) x 128 columns
-  float acc_db[4] = {};       // colsum(dy) of the same features, in every column
+  // Warp grid 4 x 2: warp (fr, kh) owns features 32*fr .. +31 and columns 64*kh .. +63 of G,
+  // so each dy^T fragment feeds 8 products and each xhat fragment 2 (shared memory is the
+  // limiter). The kh = 0 warps also carry colsum(dy).
+  const int fr = warp / 2, kh = warp % 2;
+  float acc[2][8][4] = {};
+  float acc_db[2][4] = {};
   const uint32_t ones = pack2<T>(1.f, 1.f);
   for (int64_t i = 0; i < steps; ++i) {
     cp_async_wait<0>();
@@ -384,19 +440,25 @@ __global__ void __launch_bounds__(kThreads, 2) g_kernel(const LayerNormLinearPar
       load_x_slice(slice, x, m_next, p.M);
     }
     cp_async_commit();
-    const T* dyt = dy_s + (i % 2) * kStepM * kLdF;
-    const T* xht = xh_s + (i % 2) * kStepM * kLd;
+    const T* dyt = dy_s + (i % 2) * kStepM * kLdF + fr * 32;
+    const T* xht = xh_s + (i % 2) * kStepM * kLd + kh * 64;
 #pragma unroll
     for (int ks = 0; ks < kStepM / 16; ++ks) {
-      uint32_t a[4];  // dy^T: features as rows, the step's rows of dy as the reduction
-      ldmatrix_x4_trans(a, dyt + (ks * 16 + (lane / 16) * 8 + lane % 8) * kLdF + warp * 16 + ((lane / 8) % 2) * 8);
-      mma16816<T>(acc_db, a, ones, ones);
+      uint32_t a[2][4];  // dy^T: features as rows, the step's rows of dy as the reduction
 #pragma unroll
-      for (int kp = 0; kp < kK / 16; ++kp) {
+      for (int mi = 0; mi < 2; ++mi) {
+        ldmatrix_x4_trans(a[mi], dyt + (ks * 16 + (lane / 16) * 8 + lane % 8) * kLdF + mi * 16 + ((lane / 8) % 2) * 8);
+        if (kh == 0) mma16816<T>(acc_db[mi], a[mi], ones, ones);
+      }
+#pragma unroll
+      for (int kp = 0; kp < 4; ++kp) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, xht + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kLd + kp * 16 + (lane / 16) * 8);
-        mma16816<T>(acc[2 * kp], a, b[0], b[1]);
-        mma16816<T>(acc[2 * kp + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          mma16816<T>(acc[mi][2 * kp], a[mi], b[0], b[1]);
+          mma16816<T>(acc[mi][2 * kp + 1], a[mi], b[2], b[3]);
+        }
       }
     }
     if (more) store_xhat_slice<Tin, T>(xh_s + ((i + 1) % 2) * kStepM * kLd, slice, p.mean, p.rstd, m_next, p.M);
@@ -405,13 +467,17 @@ __global__ void __launch_bounds__(kThreads, 2) g_kernel(const LayerNormLinearPar
   const int g = lane / 4, t = lane % 4;
   float* gp = p.g_partial + chunk * p.N * kK;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n = n0 + warp * 16 + g + 8 * h;
-    if (n >= p.N) continue;
+  for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
-    for (int nt = 0; nt < kK / 8; ++nt)
-      *reinterpret_cast<float2*>(gp + n * kK + nt * 8 + 2 * t) = make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
-    if (t == 0) p.db_partial[chunk * p.N + n] = acc_db[2 * h];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n = n0 + fr * 32 + mi * 16 + g + 8 * h;
+      if (n >= p.N) continue;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        *reinterpret_cast<float2*>(gp + n * kK + kh * 64 + nt * 8 + 2 * t) =
+            make_float2(acc[mi][nt][2 * h], acc[mi][nt][2 * h + 1]);
+      if (kh == 0 && t == 0) p.db_partial[chunk * p.N + n] = acc_db[mi][2 * h];
+    }
   }
 }
 
