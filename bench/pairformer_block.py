@@ -5,6 +5,8 @@ forward + backward on random inputs, bf16 autocast over fp32 residual streams, s
 
   megafold-kernel     our C++ model's block (`megafold block`), CUDA kernels where registered
   megafold-reference  the same block with every op on its ATen reference (the "before")
+  megafold-kernel-rows  megafold-kernel with the pair stack on its row-sharded path, one rank
+                      (issue 7: the cost of that path at P = 1; not in the default list)
   eager               the same block written in plain PyTorch below
   compile             torch.compile of that PyTorch block
 
@@ -160,9 +162,11 @@ def torch_block(n, impl, steps, warmup):
 
 
 def megafold_block(binary, n, impl, steps, warmup):
-    ops = impl.split("-", 1)[1]
+    # megafold-<ops>[-rows]: -rows times the pair stack's row-sharded path on one rank.
+    ops, _, path = impl.split("-", 1)[1].partition("-")
     out = subprocess.run([binary, "block", "--n", str(n), "--steps", str(steps), "--warmup", str(warmup),
-                          "--ops", ops], capture_output=True, text=True, check=True).stdout
+                          "--ops", ops, "--pair-path", path or "plain"], capture_output=True, text=True,
+                         check=True).stdout
     row = json.loads(out.strip().splitlines()[-1])
     return {k: row[k] for k in ("fwd_ms", "fwdbwd_ms", "min_ms", "peak_gb")}
 

@@ -37,5 +37,6 @@ int eval_main(const std::vector<std::string>& args);
 int cache_main(const std::vector<std::string>& args);
 int loader_main(const std::vector<std::string>& args);
 int block_main(const std::vector<std::string>& args);
+int shard_check_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

@@ -29,6 +29,7 @@ int block_main(const std::vector<std::string>& argv) {
       {"steps", "K", "timed steps after the warm-up (default 20)"},
       {"warmup", "K", "untimed steps first (default 5)"},
       {"ops", "kernel|reference", "CUDA kernels where registered, or the ATen references (default kernel)"},
+      {"pair-path", "plain|rows", "the pair stack's plain path, or its row-sharded one on one rank (default plain)"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto)"},
       {"seed", "N", "parameter and input seed (default 0)"},
       {"help", "", "show this help"},
@@ -50,6 +51,9 @@ int block_main(const std::vector<std::string>& argv) {
   MF_CHECK(ops_mode == "kernel" || ops_mode == "reference", "--ops must be kernel or reference, not '",
            ops_mode, "'");
   ops::set_reference_only(ops_mode == "reference");
+  const std::string pair_path = args.get("pair-path").value_or("plain");
+  MF_CHECK(pair_path == "plain" || pair_path == "rows", "--pair-path must be plain or rows, not '", pair_path, "'");
+  const dist::PairShard one_rank;  // unsharded: the collectives are identities
   const c10::Device device = train::resolve_device(args.get("device").value_or("auto"));
   at::manual_seed(static_cast<uint64_t>(args.get_int("seed", 0)));
 
@@ -73,7 +77,8 @@ int block_main(const std::vector<std::string>& argv) {
     std::chrono::steady_clock::time_point t1;
     {
       const model::AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
-      const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, step);
+      const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, step,
+                                                                 pair_path == "rows" ? &one_rank : nullptr);
       train::synchronize(device);
       t1 = std::chrono::steady_clock::now();
       torch::autograd::backward({out.s, out.z}, {ds, dz});
@@ -92,10 +97,10 @@ int block_main(const std::vector<std::string>& argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("{\"op\": \"pairformer_block\", \"impl\": \"megafold-%s\", \"n\": %lld, \"c_s\": %lld, "
+  std::printf("{\"op\": \"pairformer_block\", \"impl\": \"megafold-%s%s\", \"n\": %lld, \"c_s\": %lld, "
               "\"c_z\": %lld, \"device\": \"%s\", \"fwd_ms\": %.3f, \"fwdbwd_ms\": %.3f, \"min_ms\": %.3f, "
               "\"peak_gb\": %.3f}\n",
-              ops_mode.c_str(), static_cast<long long>(n), static_cast<long long>(cfg.c_s),
+              ops_mode.c_str(), pair_path == "rows" ? "-rows" : "", static_cast<long long>(n), static_cast<long long>(cfg.c_s),
               static_cast<long long>(cfg.c_z), device.str().c_str(), median(fwd_ms), median(total_ms),
               *std::min_element(total_ms.begin(), total_ms.end()), train::peak_memory_gb(device));
   return 0;

@@ -16,7 +16,8 @@ constexpr const char* kUsage =
     "  eval    lDDT of predicted structures over a directory of structures\n"
     "  cache   parse structures (and MSAs) once into a feature cache for training\n"
     "  loader  measure loader throughput (samples/s) from raw files or a cache\n"
-    "  block   time one Pairformer block forward and backward (kernels or references)\n\n"
+    "  block   time one Pairformer block forward and backward (kernels or references)\n"
+    "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n\n"
     "Run 'megafold <command> --help' for the options of a command.\n";
 
 }  // namespace
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     if (command == "cache") return megafold::cli::cache_main(args);
     if (command == "loader") return megafold::cli::loader_main(args);
     if (command == "block") return megafold::cli::block_main(args);
+    if (command == "shard-check") return megafold::cli::shard_check_main(args);
     std::cerr << "megafold: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const std::exception& ex) {

@@ -1,6 +1,7 @@
 #include "dist/process_group.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -51,12 +52,12 @@ DistEnv dist_env(const std::function<std::optional<std::string>(const std::strin
   return e;
 }
 
-struct DataParallel::Impl {
+struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
 };
 
-DataParallel::DataParallel(const DistEnv& env) : env_(env), impl_(std::make_unique<Impl>()) {
+ProcessGroup::ProcessGroup(const DistEnv& env) : env_(env), impl_(std::make_unique<Impl>()) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env.master_port);
   so.isServer = env.rank == 0;
@@ -67,9 +68,9 @@ DataParallel::DataParallel(const DistEnv& env) : env_(env), impl_(std::make_uniq
   impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world, opts);
 }
 
-DataParallel::~DataParallel() = default;
+ProcessGroup::~ProcessGroup() = default;
 
-void DataParallel::average_gradients(const std::vector<at::Tensor>& params) {
+void ProcessGroup::average_gradients(const std::vector<at::Tensor>& params) {
   // Buckets of consecutive parameters (the same on every rank: the parameter order is the
   // model's), each flattened into one float buffer on the CPU.
   size_t i = 0;
@@ -100,12 +101,37 @@ void DataParallel::average_gradients(const std::vector<at::Tensor>& params) {
   }
 }
 
-double DataParallel::average(double v) {
+double ProcessGroup::average(double v) {
   std::vector<at::Tensor> t{at::full({1}, v, at::TensorOptions().dtype(at::kDouble))};
   impl_->group->allreduce(t)->wait();
   return t[0].item<double>() / env_.world;
 }
 
-void DataParallel::barrier() { impl_->group->barrier()->wait(); }
+void ProcessGroup::barrier() { impl_->group->barrier()->wait(); }
+
+std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& x) {
+  std::vector<at::Tensor> in{x.to(at::kCPU).contiguous()};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < env_.world; ++r) out[0].push_back(at::empty_like(in[0]));
+  impl_->group->allgather(out, in)->wait();
+  for (at::Tensor& t : out[0]) t = t.to(x.device());
+  return out[0];
+}
+
+at::Tensor ProcessGroup::all_to_all(const at::Tensor& x) {
+  MF_CHECK(x.dim() >= 1 && x.size(0) == env_.world, "all_to_all: dim 0 must be the world size ", env_.world,
+           ", got ", x.size(0));
+  at::Tensor in = x.to(at::kCPU).contiguous();
+  at::Tensor out = at::empty_like(in);
+  std::vector<int64_t> splits(env_.world, 1);
+  impl_->group->alltoall_base(out, in, splits, splits)->wait();
+  return out.to(x.device());
+}
+
+void ProcessGroup::all_reduce_sum(at::Tensor& x) {
+  std::vector<at::Tensor> t{x.to(at::kCPU).contiguous()};
+  impl_->group->allreduce(t)->wait();
+  x.copy_(t[0]);
+}
 
 }  // namespace megafold::dist

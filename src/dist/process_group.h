@@ -1,7 +1,7 @@
 #pragma once
-// Data parallelism over c10d: the ranks of a job from the usual launch variables, and the
-// gradient average every rank applies before its optimiser step. Gloo carries the collectives
-// (on CPU tensors; GPU gradients are staged through host memory).
+// The process group of a job over c10d: the ranks from the usual launch variables, the
+// gradient average of data parallelism, and the collectives of pair sharding (dist/shard.h).
+// Gloo carries the collectives (on CPU tensors; GPU tensors are staged through host memory).
 #include <ATen/core/Tensor.h>
 
 #include <functional>
@@ -25,12 +25,12 @@ struct DistEnv {
 DistEnv dist_env(const std::function<std::optional<std::string>(const std::string&)>& getenv = {});
 
 // The process group of a job; every rank constructs it (rank 0 hosts the rendezvous store).
-class DataParallel {
+class ProcessGroup {
  public:
-  explicit DataParallel(const DistEnv& env);
-  ~DataParallel();
-  DataParallel(const DataParallel&) = delete;
-  DataParallel& operator=(const DataParallel&) = delete;
+  explicit ProcessGroup(const DistEnv& env);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const { return env_.rank; }
   int world() const { return env_.world; }
@@ -39,6 +39,13 @@ class DataParallel {
   void average_gradients(const std::vector<at::Tensor>& params);
   // The mean of v over the ranks.
   double average(double v);
+  // x from every rank, in rank order (same shape on every rank). Result on x's device.
+  std::vector<at::Tensor> all_gather(const at::Tensor& x);
+  // x: [world, ...]; slice p goes to rank p. Returns [world, ...] whose slice p came from
+  // rank p. Result on x's device.
+  at::Tensor all_to_all(const at::Tensor& x);
+  // Sum of x over the ranks, in place.
+  void all_reduce_sum(at::Tensor& x);
   void barrier();
 
  private:

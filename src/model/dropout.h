@@ -12,7 +12,9 @@ enum class DropoutAxis { kRowwise, kColumnwise };
 
 // x: [B, N, N, c]. Rowwise: one mask per (b, j, c) shared over rows i; columnwise: shared
 // over columns j. Identity when rate == 0 or !training.
+// Row-sharded x (rows [row_offset, row_offset + x.size(1)) of rows_total): the columnwise mask
+// is drawn for all rows and sliced, so every shard applies its part of the unsharded mask.
 at::Tensor shared_dropout(const at::Tensor& x, double rate, DropoutAxis axis, bool training,
-                          uint64_t seed);
+                          uint64_t seed, int64_t rows_total = -1, int64_t row_offset = 0);
 
 }  // namespace megafold::model

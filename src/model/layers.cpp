@@ -1,5 +1,6 @@
 #include "model/layers.h"
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/linear.h>
 
 #include <cmath>
@@ -50,6 +51,26 @@ at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Te
                                       ln_out_b_, w_o_, outgoing_);
 }
 
+at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const at::Tensor& pair_mask,
+                                                   const dist::PairShard& shard) {
+  const int64_t c = w_ab_.size(0) / 4, c_z = w_g_.size(0);
+  if (outgoing_) {
+    // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows.
+    const at::Tensor proj = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
+    const auto [a, b] = ops::triangle_multiplication_operands(proj.narrow(-1, 0, 4 * c), dist::local_rows(pair_mask, shard));
+    const at::Tensor t = ops::triangle_multiplication_contract(a, dist::gather_rows(b, shard));
+    return ops::triangle_multiplication_output(t, proj.narrow(-1, 4 * c, c_z), ln_out_w_, ln_out_b_, w_o_);
+  }
+  // t_ij = sum_k a_ki b_kj is the outgoing form on z^T, whose rows i are these rows of the
+  // output; the gate is projected from z itself.
+  const at::Tensor zt = dist::transpose_shards(z, shard);
+  const at::Tensor proj = ops::layernorm_linear(zt, ln_in_w_, ln_in_b_, w_ab_, std::nullopt);
+  const auto [a, b] = ops::triangle_multiplication_operands(proj, dist::local_rows_transposed(pair_mask, shard));
+  const at::Tensor t = ops::triangle_multiplication_contract(a, dist::gather_rows(b, shard));
+  const at::Tensor gate = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt);
+  return ops::triangle_multiplication_output(t, gate, ln_out_w_, ln_out_b_, w_o_);
+}
+
 TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim,
                                              bool starting)
     : starting_(starting), heads_(heads), head_dim_(head_dim) {
@@ -60,25 +81,29 @@ TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t
 }
 
 at::Tensor TriangleAttentionImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask) {
+  if (starting_) return forward_rows(z, pair_mask, dist::PairShard{});
   const int64_t B = z.size(0), N = z.size(1), H = heads_, d = head_dim_;
-  // AF3 SI Alg. 14/15: one fused LayerNorm+Linear for q, k, v, gate and the pair bias.
+  // AF3 SI Alg. 15: the starting-node computation on z^T, with rows turned into columns
+  // through strides only (nothing copied).
   const at::Tensor proj = ops::layernorm_linear(z, ln_w_, ln_b_, w_proj_, std::nullopt);
-  const at::Tensor qkvg = proj.narrow(-1, 0, 4 * H * d).view({B, N, N, 4, H, d});
-  at::Tensor bias = proj.narrow(-1, 4 * H * d, H);  // [B, i, j, H]
-  at::Tensor q = qkvg.select(3, 0), k = qkvg.select(3, 1), v = qkvg.select(3, 2),
-             g = qkvg.select(3, 3);  // [B, i, j, H, d]
-  at::Tensor mask = pair_mask;
-  if (starting_) {
-    bias = bias.permute({0, 3, 1, 2});  // b[h, j, k] = b_jk
-  } else {
-    // Ending node = starting node on z^T: rows become columns through strides only.
-    q = q.transpose(1, 2), k = k.transpose(1, 2), v = v.transpose(1, 2), g = g.transpose(1, 2);
-    bias = bias.permute({0, 3, 2, 1});  // b'[h, i, k] = b_ki
-    mask = pair_mask.transpose(1, 2);
-  }
-  at::Tensor o = ops::triangle_attention(q, k, v, bias, mask, g);  // [B, R, N, H, d]
-  if (!starting_) o = o.transpose(1, 2);
-  return at::linear(o.reshape({B, N, N, H * d}), w_o_);
+  const at::Tensor qkvg = proj.narrow(-1, 0, 4 * H * d).view({B, N, N, 4, H, d}).transpose(1, 2);
+  const at::Tensor bias = proj.narrow(-1, 4 * H * d, H).permute({0, 3, 2, 1});  // b'[h, i, k] = b_ki
+  const at::Tensor o = ops::triangle_attention(qkvg.select(3, 0), qkvg.select(3, 1), qkvg.select(3, 2), bias,
+                                               pair_mask.transpose(1, 2), qkvg.select(3, 3));
+  return at::linear(o.transpose(1, 2).reshape({B, N, N, H * d}), w_o_);
+}
+
+at::Tensor TriangleAttentionImpl::forward_rows(const at::Tensor& x, const at::Tensor& row_mask,
+                                               const dist::PairShard& shard) {
+  const int64_t B = x.size(0), n = x.size(1), N = x.size(2), H = heads_, d = head_dim_;
+  // AF3 SI Alg. 14: one fused LayerNorm+Linear for q, k, v, gate and the pair bias.
+  const at::Tensor proj = ops::layernorm_linear(x, ln_w_, ln_b_, w_proj_, std::nullopt);
+  const at::Tensor qkvg = proj.narrow(-1, 0, 4 * H * d).view({B, n, N, 4, H, d});
+  // b[h, j, k] = b_jk over all rows j: every rank's share of the bias.
+  const at::Tensor bias = dist::gather_rows(proj.narrow(-1, 4 * H * d, H), shard).permute({0, 3, 1, 2});
+  const at::Tensor o = ops::triangle_attention(qkvg.select(3, 0), qkvg.select(3, 1), qkvg.select(3, 2), bias,
+                                               row_mask, qkvg.select(3, 3));  // [B, n, N, H, d]
+  return at::linear(o.reshape({B, n, N, H * d}), w_o_);
 }
 
 AttentionPairBiasImpl::AttentionPairBiasImpl(int64_t c_s, int64_t c_z, int64_t heads,

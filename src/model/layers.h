@@ -3,6 +3,7 @@
 // (src/ops); weights are laid out as those ops expect, so a fused kernel reads them as is.
 #include <torch/nn/module.h>
 
+#include "dist/shard.h"
 #include "model/config.h"
 
 namespace megafold::model {
@@ -26,6 +27,9 @@ class TriangleMultiplicationImpl : public torch::nn::Module {
  public:
   TriangleMultiplicationImpl(int64_t c_z, int64_t c, bool outgoing);
   at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask);  // [B,N,N,c_z]
+  // The same update on this rank's rows of z [B, n, N, c_z] (pair_mask: the full [B, N, N]);
+  // returns this rank's rows. Outgoing gathers b; incoming works on the rows of z^T.
+  at::Tensor forward_rows(const at::Tensor& z, const at::Tensor& pair_mask, const dist::PairShard& shard);
  private:
   bool outgoing_;
   at::Tensor ln_in_w_, ln_in_b_, w_ab_, w_g_, ln_out_w_, ln_out_b_, w_o_;
@@ -38,6 +42,10 @@ class TriangleAttentionImpl : public torch::nn::Module {
  public:
   TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim, bool starting);
   at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask);  // [B,N,N,c_z]
+  // Starting-node attention on this rank's rows x [B, n, N, c_z] with their key mask
+  // [B, n, N], whatever this module's node: the ending node runs it on rows of z^T. The bias
+  // (all rows) is gathered.
+  at::Tensor forward_rows(const at::Tensor& x, const at::Tensor& row_mask, const dist::PairShard& shard);
  private:
   bool starting_;
   int64_t heads_, head_dim_;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/check.h"
 #include "core/seed.h"
 #include "model/dropout.h"
 #include "model/recompute.h"
@@ -34,6 +35,26 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
   return z + transition_->forward(z);
 }
 
+at::Tensor PairStackImpl::forward_rows(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed,
+                                       const dist::PairShard& shard) {
+  const bool train = is_training();
+  const int64_t N = pair_mask.size(1);
+  auto drop = [&](const at::Tensor& x, DropoutAxis axis, uint64_t site) {
+    return shared_dropout(x, dropout_, axis, train, mix_seed(dropout_seed, site), N, shard.offset());
+  };
+  const at::Tensor rows_mask = dist::local_rows(pair_mask, shard);
+  // AF3 SI Alg. 17 lines 2-6, as in forward()
+  at::Tensor z = z_in;
+  z = z + drop(tri_mul_out_->forward_rows(z, pair_mask, shard), DropoutAxis::kRowwise, 0);
+  z = z + drop(tri_mul_in_->forward_rows(z, pair_mask, shard), DropoutAxis::kRowwise, 1);
+  z = z + drop(tri_attn_start_->forward_rows(z, rows_mask, shard), DropoutAxis::kRowwise, 2);
+  // Ending node: the starting-node form on the rows of z^T, transposed back.
+  const at::Tensor end_t = tri_attn_end_->forward_rows(dist::transpose_shards(z, shard),
+                                                       dist::local_rows_transposed(pair_mask, shard), shard);
+  z = z + drop(dist::transpose_shards(end_t, shard), DropoutAxis::kColumnwise, 3);
+  return z + transition_->forward(z);
+}
+
 PairformerBlockImpl::PairformerBlockImpl(const ModelConfig& cfg) {
   pair_ = register_module("pair", PairStack(cfg));
   single_attention_ = register_module(
@@ -45,9 +66,13 @@ PairformerBlockImpl::PairformerBlockImpl(const ModelConfig& cfg) {
 
 PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const at::Tensor& token_mask,
-                                             const at::Tensor& pair_mask, uint64_t dropout_seed) {
+                                             const at::Tensor& pair_mask, uint64_t dropout_seed,
+                                             const dist::PairShard* pair_rows) {
+  MF_CHECK(pair_rows == nullptr || !pair_rows->sharded(),
+           "a Pairformer block runs its single track on all of z: shard only the pair stack (PairStack::forward_rows)");
   // AF3 SI Alg. 17
-  const at::Tensor z = pair_->forward(in.z, pair_mask, dropout_seed);
+  const at::Tensor z = pair_rows ? pair_->forward_rows(in.z, pair_mask, dropout_seed, *pair_rows)
+                                 : pair_->forward(in.z, pair_mask, dropout_seed);
   at::Tensor s = in.s;
   s = s + single_attention_->forward(s, z, token_mask);
   s = s + single_transition_->forward(s);

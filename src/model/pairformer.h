@@ -22,6 +22,11 @@ class PairStackImpl : public torch::nn::Module {
  public:
   explicit PairStackImpl(const ModelConfig& cfg);
   at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask, uint64_t dropout_seed);  // [B,N,N,c_z]
+  // The same update on this rank's rows of z ([B, n, N, c_z], pair_mask the full [B, N, N]),
+  // equal to the unsharded one's rows: row-local ops on the rows, the column-wise ones on the
+  // rows of z^T (dist/shard.h). With an unsharded PairShard it runs the same code on all rows.
+  at::Tensor forward_rows(const at::Tensor& z, const at::Tensor& pair_mask, uint64_t dropout_seed,
+                          const dist::PairShard& shard);
 
  private:
   double dropout_;
@@ -35,8 +40,12 @@ class PairformerBlockImpl : public torch::nn::Module {
  public:
   explicit PairformerBlockImpl(const ModelConfig& cfg);
   // token_mask [B, N], pair_mask [B, N, N]; dropout masks are drawn from dropout_seed.
+  // pair_rows (optional): run the pair stack through its row-sharded path (PairStack::forward_rows)
+  // on an unsharded PairShard, which `megafold block --pair-path rows` times against the plain one
+  // (the P = 1 overhead of sharding). The single track needs all of z, so P > 1 is refused here.
   PairformerState forward(const PairformerState& in, const at::Tensor& token_mask,
-                          const at::Tensor& pair_mask, uint64_t dropout_seed);
+                          const at::Tensor& pair_mask, uint64_t dropout_seed,
+                          const dist::PairShard* pair_rows = nullptr);
 
  private:
   PairStack pair_{nullptr};

@@ -166,8 +166,8 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   // rank 0 logs, validates and writes checkpoints; every rank averages its gradients with the
   // others before the (identical) optimiser step.
   const dist::DistEnv env = dist::dist_env();
-  std::unique_ptr<dist::DataParallel> dp;
-  if (env.world > 1) dp = std::make_unique<dist::DataParallel>(env);
+  std::unique_ptr<dist::ProcessGroup> dp;
+  if (env.world > 1) dp = std::make_unique<dist::ProcessGroup>(env);
   const bool lead = env.rank == 0, quiet = opts.quiet || !lead;
   c10::Device device = resolve_device(cfg.device);
   if (device.is_cuda() && env.world > 1) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));

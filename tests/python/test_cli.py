@@ -9,7 +9,7 @@ def run(megafold_bin, *args):
 def test_help_everywhere(megafold_bin):
     top = run(megafold_bin, "--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("info", "train", "predict", "eval"))
-    for cmd in ("info", "train", "predict", "eval", "cache", "loader", "block"):
+    for cmd in ("info", "train", "predict", "eval", "cache", "loader", "block", "shard-check"):
         r = run(megafold_bin, cmd, "--help")
         assert r.returncode == 0, cmd
         assert r.stdout.startswith(f"usage: megafold {cmd}"), r.stdout
@@ -54,12 +54,17 @@ def test_cache_and_loader_throughput(megafold_bin, source_dir, tmp_path):
 def test_block_timing(megafold_bin):
     import json
     rows = []
-    for ops in ("kernel", "reference"):
-        r = run(megafold_bin, "block", "--n", "24", "--steps", "2", "--warmup", "1", "--ops", ops, "--device", "cpu")
+    cases = (("kernel", "plain", "megafold-kernel"), ("reference", "plain", "megafold-reference"),
+             ("kernel", "rows", "megafold-kernel-rows"))
+    for ops, path, _ in cases:
+        r = run(megafold_bin, "block", "--n", "24", "--steps", "2", "--warmup", "1", "--ops", ops,
+                "--pair-path", path, "--device", "cpu")
         assert r.returncode == 0, r.stderr
         rows.append(json.loads(r.stdout))
-    for row, ops in zip(rows, ("kernel", "reference")):
-        assert row["impl"] == f"megafold-{ops}" and row["n"] == 24 and row["c_z"] == 128
+    for row, (_, _, impl) in zip(rows, cases):
+        assert row["impl"] == impl and row["n"] == 24 and row["c_z"] == 128
         assert 0 < row["fwd_ms"] <= row["fwdbwd_ms"] and row["peak_gb"] > 0
     r = run(megafold_bin, "block", "--ops", "fast")
     assert r.returncode == 1 and "--ops must be kernel or reference" in r.stderr
+    r = run(megafold_bin, "block", "--pair-path", "cols")
+    assert r.returncode == 1 and "--pair-path must be plain or rows" in r.stderr

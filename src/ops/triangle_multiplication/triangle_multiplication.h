@@ -29,6 +29,22 @@ at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::
                                    const at::Tensor& ln_out_bias, const at::Tensor& w_o,
                                    bool outgoing);
 
+// The reference's three stages, shared with the row-sharded pair stack (dist/shard.h), which
+// gathers b between the first and the second:
+//   operands: a, b [..., c] from the 4c-wide projection (p_a, p_b, g_a, g_b) and the mask.
+//   contract: outgoing form t[b, i, j, :] = sum_k a[b, i, k, :] * b[b, j, k, :] for a's rows i
+//             and b's rows j (incoming = outgoing on transposed a and b).
+//   output:   sigmoid(gate_logits) * (LayerNorm_out(t) @ w_o^T).
+struct TriangleMultiplicationOperands {
+  at::Tensor a, b;
+};
+TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj_ab,
+                                                                const std::optional<at::Tensor>& mask);
+at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b);
+at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate_logits,
+                                          const at::Tensor& ln_out_weight, const at::Tensor& ln_out_bias,
+                                          const at::Tensor& w_o);
+
 at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,
                                        const at::Tensor& ln_in_weight,
                                        const at::Tensor& ln_in_bias, const at::Tensor& w_ab,

@@ -10,6 +10,32 @@
 
 namespace megafold::ops {
 
+TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj_ab,
+                                                                const std::optional<at::Tensor>& mask) {
+  const int64_t c = proj_ab.size(-1) / 4;
+  at::Tensor a = at::sigmoid(proj_ab.narrow(-1, 2 * c, c)) * proj_ab.narrow(-1, 0, c);
+  at::Tensor b = at::sigmoid(proj_ab.narrow(-1, 3 * c, c)) * proj_ab.narrow(-1, c, c);
+  if (mask.has_value() && mask->defined()) {
+    const at::Tensor m = mask->unsqueeze(-1).to(a.scalar_type());
+    a = a * m;
+    b = b * m;
+  }
+  return {a, b};
+}
+
+at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b) {
+  // Channel-major views make the k-contraction one batched matmul per channel.
+  const at::Tensor a_c = a.permute({0, 3, 1, 2});  // [B, c, i, k]
+  const at::Tensor b_c = b.permute({0, 3, 1, 2});  // [B, c, j, k]
+  return at::matmul(a_c, b_c.transpose(-1, -2)).permute({0, 2, 3, 1});  // [B, i, j, c]
+}
+
+at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate_logits,
+                                          const at::Tensor& ln_out_weight, const at::Tensor& ln_out_bias,
+                                          const at::Tensor& w_o) {
+  return at::sigmoid(gate_logits) * layernorm_linear(t, ln_out_weight, ln_out_bias, w_o, std::nullopt);
+}
+
 at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,
                                        const at::Tensor& ln_in_weight,
                                        const at::Tensor& ln_in_bias, const at::Tensor& w_ab,
@@ -38,22 +64,11 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
   // AF3 SI Alg. 12 / 13. The a/b projections and the output gate share LayerNorm_in(z): one
   // layernorm_linear (the fused kernels on a GPU), so the normalised z is never stored.
   const at::Tensor proj = layernorm_linear(z, ln_in_weight, ln_in_bias, at::cat({w_ab, w_g}), std::nullopt);
-  at::Tensor a = at::sigmoid(proj.narrow(-1, 2 * c, c)) * proj.narrow(-1, 0, c);
-  at::Tensor b = at::sigmoid(proj.narrow(-1, 3 * c, c)) * proj.narrow(-1, c, c);
-  if (mask.has_value() && mask->defined()) {
-    const at::Tensor m = mask->unsqueeze(-1).to(a.scalar_type());
-    a = a * m;
-    b = b * m;
-  }
-  // Channel-major views make the k-contraction one batched matmul per channel:
-  // outgoing t[c,i,j] = sum_k a[c,i,k] b[c,j,k]; incoming t[c,i,j] = sum_k a[c,k,i] b[c,k,j].
-  const at::Tensor a_c = a.permute({0, 3, 1, 2});  // [B, c, i, k] = a_ik
-  const at::Tensor b_c = b.permute({0, 3, 1, 2});
-  const at::Tensor t = outgoing ? at::matmul(a_c, b_c.transpose(-1, -2))
-                                : at::matmul(a_c.transpose(-1, -2), b_c);  // [B, c, N, N]
-  const at::Tensor t_last = t.permute({0, 2, 3, 1});                         // [B, N, N, c]
-  const at::Tensor o = layernorm_linear(t_last, ln_out_weight, ln_out_bias, w_o, std::nullopt);
-  return at::sigmoid(proj.narrow(-1, 4 * c, c_z)) * o;
+  const auto [a, b] = triangle_multiplication_operands(proj.narrow(-1, 0, 4 * c), mask);
+  // incoming t_ij = sum_k a_ki b_kj is the outgoing form on the transposed operands (views).
+  const at::Tensor t = outgoing ? triangle_multiplication_contract(a, b)
+                                : triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2));
+  return triangle_multiplication_output(t, proj.narrow(-1, 4 * c, c_z), ln_out_weight, ln_out_bias, w_o);
 }
 
 }  // namespace megafold::ops

@@ -1,0 +1,113 @@
+#include "dist/shard.h"
+
+#include <ATen/ops/cat.h>
+#include <torch/autograd.h>
+
+#include "core/check.h"
+#include "dist/process_group.h"
+
+namespace megafold::dist {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The shard travels through autograd's saved data as plain integers and a pointer.
+void save_shard(AutogradContext* ctx, const PairShard& s) {
+  ctx->saved_data["group"] = reinterpret_cast<int64_t>(s.group);
+  ctx->saved_data["rank"] = s.rank;
+  ctx->saved_data["ranks"] = s.ranks;
+  ctx->saved_data["rows"] = s.rows;
+}
+
+PairShard load_shard(AutogradContext* ctx) {
+  PairShard s;
+  s.group = reinterpret_cast<ProcessGroup*>(ctx->saved_data["group"].toInt());
+  s.rank = ctx->saved_data["rank"].toInt();
+  s.ranks = ctx->saved_data["ranks"].toInt();
+  s.rows = ctx->saved_data["rows"].toInt();
+  return s;
+}
+
+at::Tensor gather_rows_raw(const at::Tensor& x, const PairShard& s) {
+  return at::cat(s.group->all_gather(x), 1);
+}
+
+// Each rank's slice of the full-rows gradient goes to that rank; the P slices a rank receives
+// are added in rank order.
+at::Tensor scatter_sum_rows(const at::Tensor& g, const PairShard& s) {
+  std::vector<int64_t> shape = g.sizes().vec();
+  shape[1] = s.rows;
+  shape.insert(shape.begin() + 1, s.ranks);  // [B, P, n, ...]
+  const at::Tensor chunks = g.reshape(shape).transpose(0, 1);  // [P, B, n, ...]
+  const at::Tensor got = s.group->all_to_all(chunks);
+  at::Tensor sum = got.select(0, 0).clone();
+  for (int64_t p = 1; p < s.ranks; ++p) sum.add_(got.select(0, p));
+  return sum;
+}
+
+// Rows of z [B, n, N, ...] -> rows of z^T: block (mine, p) of z goes to rank p, which lays the
+// P blocks it receives side by side as the columns of its rows of z^T.
+at::Tensor transpose_raw(const at::Tensor& x, const PairShard& s) {
+  std::vector<int64_t> shape = x.sizes().vec();  // [B, n, N, rest...]
+  std::vector<int64_t> split = shape;
+  split[2] = s.rows;
+  split.insert(split.begin() + 2, s.ranks);  // [B, n, P, n, rest...]
+  const at::Tensor blocks = x.reshape(split).movedim(2, 0);  // [P, B, n, n, rest...]
+  const at::Tensor got = s.group->all_to_all(blocks);        // [P, B, n_rows_of_p, n_mine, rest...]
+  // z^T[i, p * n + k] = z[p * n + k, i]: rows i are the received blocks' columns.
+  return got.transpose(2, 3).movedim(0, 2).reshape(shape);
+}
+
+struct GatherRows : public torch::autograd::Function<GatherRows> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t rank,
+                               int64_t ranks, int64_t rows) {
+    const PairShard s{reinterpret_cast<ProcessGroup*>(group), rank, ranks, rows};
+    save_shard(ctx, s);
+    return {gather_rows_raw(x, s)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {scatter_sum_rows(g[0], load_shard(ctx)), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct TransposeShards : public torch::autograd::Function<TransposeShards> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t rank,
+                               int64_t ranks, int64_t rows) {
+    const PairShard s{reinterpret_cast<ProcessGroup*>(group), rank, ranks, rows};
+    save_shard(ctx, s);
+    return {transpose_raw(x, s)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {transpose_raw(g[0], load_shard(ctx)), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+PairShard make_pair_shard(ProcessGroup& group, int64_t n_tokens) {
+  MF_CHECK(n_tokens % group.world() == 0, "pair sharding: ", n_tokens, " tokens do not split into ", group.world(),
+           " equal row blocks (pad the crop to a multiple of the group size)");
+  return {&group, group.rank(), group.world(), n_tokens / group.world()};
+}
+
+at::Tensor gather_rows(const at::Tensor& x, const PairShard& s) {
+  if (!s.sharded()) return x;
+  return GatherRows::apply(x, reinterpret_cast<int64_t>(s.group), s.rank, s.ranks, s.rows)[0];
+}
+
+at::Tensor transpose_shards(const at::Tensor& x, const PairShard& s) {
+  if (!s.sharded()) return x.transpose(1, 2);
+  return TransposeShards::apply(x, reinterpret_cast<int64_t>(s.group), s.rank, s.ranks, s.rows)[0];
+}
+
+at::Tensor local_rows(const at::Tensor& full, const PairShard& s) {
+  return s.sharded() ? full.narrow(1, s.offset(), s.rows) : full;
+}
+
+at::Tensor local_rows_transposed(const at::Tensor& full, const PairShard& s) {
+  const at::Tensor t = full.transpose(1, 2);
+  return s.sharded() ? t.narrow(1, s.offset(), s.rows) : t;
+}
+
+}  // namespace megafold::dist

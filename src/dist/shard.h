@@ -1,0 +1,42 @@
+#pragma once
+// Row sharding of the pair representation (issue 7): rank r of a group of P holds rows
+// [r * n, (r + 1) * n) of z [B, N, N, c], n = N / P. Two differentiable collectives move
+// what the row-local ops cannot reach:
+//   gather_rows       the rows of every rank (the projected operands of the N^3 contractions
+//                     and the attention bias); backward sums each rank's share of the gradient
+//                     back to its owner (a reduce-scatter through all_to_all, added in rank
+//                     order: deterministic).
+//   transpose_shards  the row shard of z -> the row shard of z^T (an all-to-all of n x n
+//                     blocks), for the column-wise ops (incoming TriMul, ending-node
+//                     attention); it is its own inverse, so its backward is itself.
+// A default-constructed PairShard is the unsharded case (P = 1): both are identities.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace megafold::dist {
+
+class ProcessGroup;
+
+struct PairShard {
+  ProcessGroup* group = nullptr;  // null: unsharded
+  int64_t rank = 0, ranks = 1;
+  int64_t rows = 0;               // n, the rows held here (N / ranks)
+  int64_t offset() const { return rank * rows; }
+  bool sharded() const { return group != nullptr && ranks > 1; }
+};
+
+// A shard of N rows over the group's ranks; N must be a multiple of the group size.
+PairShard make_pair_shard(ProcessGroup& group, int64_t n_tokens);
+
+// x [B, n, ...] (this rank's rows) -> [B, P * n, ...] (every rank's rows in rank order).
+at::Tensor gather_rows(const at::Tensor& x, const PairShard& shard);
+
+// x [B, n, N, ...] rows of z -> [B, n, N, ...] rows of z^T (z^T[i, k] = z[k, i]).
+at::Tensor transpose_shards(const at::Tensor& x, const PairShard& shard);
+
+// This rank's rows of a full [B, N, ...] tensor (a view), and of its transpose in dims 1, 2.
+at::Tensor local_rows(const at::Tensor& full, const PairShard& shard);
+at::Tensor local_rows_transposed(const at::Tensor& full, const PairShard& shard);
+
+}  // namespace megafold::dist
