@@ -165,6 +165,8 @@ def main():
     result = {"gpu": device_name(), "commit": commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "torch": torch.__version__, "rows": []}
     for op, n, impl in itertools.product(args.op, args.n, args.impl):
+        if impl == "compile":  # a fresh compile per case, not a recompile of the previous one
+            torch._dynamo.reset()
         fn, inputs, grads, shape, flops, bytes_fwd, bytes_bwd = CASES[op](n, impl)
         fwd_ms, fwdbwd_ms, peak_gb = bench(fn, inputs, grads)
         row = {"op": op, "impl": impl, "n": n, **shape, "dtype": "bf16",

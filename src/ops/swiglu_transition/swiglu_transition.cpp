@@ -3,6 +3,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include "ops/reference_mode.h"
+
 namespace megafold::ops {
 
 at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
@@ -14,13 +16,22 @@ at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
   return handle.call(x, ln_weight, ln_bias, w_in, w_out);
 }
 
+at::Tensor swiglu(const at::Tensor& ab) {
+  if (reference_only()) return swiglu_ref(ab);
+  static const auto handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("megafold::swiglu", "").typed<decltype(swiglu)>();
+  return handle.call(ab);
+}
+
 }  // namespace megafold::ops
 
 TORCH_LIBRARY_FRAGMENT(megafold, m) {
   m.def("swiglu_transition(Tensor x, Tensor ln_weight, Tensor ln_bias, Tensor w_in, Tensor w_out)"
         " -> Tensor");
+  m.def("swiglu(Tensor ab) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
   m.impl("swiglu_transition", &megafold::ops::swiglu_transition_ref);
+  m.impl("swiglu", &megafold::ops::swiglu_ref);
 }

@@ -17,6 +17,11 @@ at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
                              const at::Tensor& ln_bias, const at::Tensor& w_in,
                              const at::Tensor& w_out);
 
+// The gated activation silu(a) * b of ab = [a | b] ([..., 2h] -> [..., h]): a dispatcher op
+// (torch.ops.megafold.swiglu) with a fused CUDA kernel for 16-bit tensors.
+at::Tensor swiglu(const at::Tensor& ab);
+at::Tensor swiglu_ref(const at::Tensor& ab);
+
 at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weight,
                                  const at::Tensor& ln_bias, const at::Tensor& w_in,
                                  const at::Tensor& w_out);

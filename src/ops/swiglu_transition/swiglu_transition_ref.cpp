@@ -27,9 +27,15 @@ at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weigh
   // AF3 SI Alg. 11
   // Through the dispatcher: the fused LayerNorm+Linear kernels serve c = 128 on a GPU.
   const at::Tensor ab = layernorm_linear(x, ln_weight, ln_bias, w_in, std::nullopt);  // [..., 2h]
-  const at::Tensor a = ab.narrow(-1, 0, h);
-  const at::Tensor b = ab.narrow(-1, h, h);
-  return at::linear(at::silu(a) * b, w_out);
+  return at::linear(swiglu(ab), w_out);
+}
+
+at::Tensor swiglu_ref(const at::Tensor& ab) {
+  if (ab.dim() < 1 || ab.size(-1) % 2 != 0)
+    detail::fail("swiglu", "argument 'ab' must end in an even width (a and b halves), got " +
+                               std::to_string(ab.dim() < 1 ? -1 : ab.size(-1)));
+  const int64_t h = ab.size(-1) / 2;
+  return at::silu(ab.narrow(-1, 0, h)) * ab.narrow(-1, h, h);
 }
 
 }  // namespace megafold::ops

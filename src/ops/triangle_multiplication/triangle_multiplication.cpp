@@ -3,6 +3,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include "ops/reference_mode.h"
+
 namespace megafold::ops {
 
 at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::Tensor>& mask,
@@ -18,14 +20,39 @@ at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::
                      w_o, outgoing);
 }
 
+TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj_ab,
+                                                                const std::optional<at::Tensor>& mask) {
+  if (reference_only()) {
+    const auto [a, b] = triangle_multiplication_operands_ref(proj_ab, mask);
+    return {a, b};
+  }
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("megafold::triangle_multiplication_operands", "")
+                                 .typed<decltype(triangle_multiplication_operands_ref)>();
+  const auto [a, b] = handle.call(proj_ab, mask);
+  return {a, b};
+}
+
+at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b) {
+  if (reference_only()) return triangle_multiplication_contract_ref(a, b);
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("megafold::triangle_multiplication_contract", "")
+                                 .typed<decltype(triangle_multiplication_contract_ref)>();
+  return handle.call(a, b);
+}
+
 }  // namespace megafold::ops
 
 TORCH_LIBRARY_FRAGMENT(megafold, m) {
   m.def("triangle_multiplication(Tensor z, Tensor? mask, Tensor ln_in_weight, Tensor ln_in_bias,"
         " Tensor w_ab, Tensor w_g, Tensor ln_out_weight, Tensor ln_out_bias, Tensor w_o,"
         " bool outgoing) -> Tensor");
+  m.def("triangle_multiplication_operands(Tensor proj_ab, Tensor? mask) -> (Tensor, Tensor)");
+  m.def("triangle_multiplication_contract(Tensor a, Tensor b) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
   m.impl("triangle_multiplication", &megafold::ops::triangle_multiplication_ref);
+  m.impl("triangle_multiplication_operands", &megafold::ops::triangle_multiplication_operands_ref);
+  m.impl("triangle_multiplication_contract", &megafold::ops::triangle_multiplication_contract_ref);
 }

@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <tuple>
 
 namespace megafold::ops {
 
@@ -29,12 +30,15 @@ at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::
                                    const at::Tensor& ln_out_bias, const at::Tensor& w_o,
                                    bool outgoing);
 
-// The reference's three stages, shared with the row-sharded pair stack (dist/shard.h), which
-// gathers b between the first and the second:
+// The op's three stages, shared with the row-sharded pair stack (dist/shard.h), which gathers
+// b between the first and the second:
 //   operands: a, b [..., c] from the 4c-wide projection (p_a, p_b, g_a, g_b) and the mask.
 //   contract: outgoing form t[b, i, j, :] = sum_k a[b, i, k, :] * b[b, j, k, :] for a's rows i
 //             and b's rows j (incoming = outgoing on transposed a and b).
 //   output:   sigmoid(gate_logits) * (LayerNorm_out(t) @ w_o^T).
+// operands and contract are dispatcher ops (torch.ops.megafold.triangle_multiplication_*):
+// on CUDA with 16-bit tensors their kernels keep a and b channel-major ([B, c, N, N] memory
+// behind [B, N, N, c] views), so the contraction is cuBLAS on them without copies.
 struct TriangleMultiplicationOperands {
   at::Tensor a, b;
 };
@@ -44,6 +48,10 @@ at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tenso
 at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate_logits,
                                           const at::Tensor& ln_out_weight, const at::Tensor& ln_out_bias,
                                           const at::Tensor& w_o);
+// The ATen references of the two dispatcher stages.
+std::tuple<at::Tensor, at::Tensor> triangle_multiplication_operands_ref(const at::Tensor& proj_ab,
+                                                                        const std::optional<at::Tensor>& mask);
+at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b);
 
 at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,
                                        const at::Tensor& ln_in_weight,

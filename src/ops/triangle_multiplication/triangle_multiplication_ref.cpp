@@ -10,8 +10,8 @@
 
 namespace megafold::ops {
 
-TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj_ab,
-                                                                const std::optional<at::Tensor>& mask) {
+std::tuple<at::Tensor, at::Tensor> triangle_multiplication_operands_ref(const at::Tensor& proj_ab,
+                                                                        const std::optional<at::Tensor>& mask) {
   const int64_t c = proj_ab.size(-1) / 4;
   at::Tensor a = at::sigmoid(proj_ab.narrow(-1, 2 * c, c)) * proj_ab.narrow(-1, 0, c);
   at::Tensor b = at::sigmoid(proj_ab.narrow(-1, 3 * c, c)) * proj_ab.narrow(-1, c, c);
@@ -23,7 +23,7 @@ TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor
   return {a, b};
 }
 
-at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b) {
+at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b) {
   // Channel-major views make the k-contraction one batched matmul per channel.
   const at::Tensor a_c = a.permute({0, 3, 1, 2});  // [B, c, i, k]
   const at::Tensor b_c = b.permute({0, 3, 1, 2});  // [B, c, j, k]

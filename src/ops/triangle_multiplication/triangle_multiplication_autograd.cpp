@@ -1,0 +1,144 @@
+// CUDA binding of triangle_multiplication's operands and contract stages (AutogradCUDA and CUDA
+// keys): 16-bit tensors go through triangle_multiplication_layout.cu and cuBLAS, anything else
+// through the ATen references.
+//   operands  proj rows -> a, b returned as [B, n, N, c] views of channel-major [B, c, n, N]
+//             memory; backward takes da, db in that layout (a copy only if a caller changed it).
+//   contract  the channel-major operands (or their transposes: the incoming update) go to
+//             cuBLAS as they are; t comes back as rows [B, I, J, c] for the output LayerNorm.
+//             Each operand's gradient is produced in its operand's memory order, so the
+//             operands' backward reads it without a copy.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "ops/kernel_dtype.h"
+#include "ops/triangle_multiplication/triangle_multiplication.h"
+#include "ops/triangle_multiplication/triangle_multiplication_cuda.h"
+
+namespace megafold::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool is_16bit(const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; }
+
+void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+// [B, I, J, c] pair tensor -> the kernels' layout description.
+cuda::PairLayout pair_layout(const at::Tensor& t) {
+  return {t.scalar_type() == at::kHalf ? cuda::DType::kFloat16 : cuda::DType::kBFloat16, t.size(0),
+          t.size(1) * t.size(2), t.size(3)};
+}
+
+// The channel-major [B, c, I, J] memory behind a [B, I, J, c] tensor (free when it is laid out
+// so, which the kernels' outputs and contract's gradients are).
+at::Tensor channel_major(const at::Tensor& t) { return t.permute({0, 3, 1, 2}).contiguous(); }
+
+// Rows of the projection evenly strided with contiguous channels: [B, n, N, >= 4c] read in place.
+bool rows_in_place(const at::Tensor& p) {
+  return p.stride(3) == 1 && p.stride(1) == p.size(2) * p.stride(2) && p.stride(0) == p.size(1) * p.stride(1);
+}
+
+struct OperandsFunction : public torch::autograd::Function<OperandsFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& proj_in, const at::Tensor& mask_or_empty) {
+    const c10::cuda::CUDAGuard guard(proj_in.device());
+    const at::Tensor proj = rows_in_place(proj_in) ? proj_in : proj_in.contiguous();
+    const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c = proj.size(3) / 4;
+    const at::Tensor mask = mask_or_empty.numel() > 0 ? mask_or_empty.to(at::kFloat).contiguous() : at::Tensor();
+    const at::Tensor a = at::empty({B, c, n, N}, proj.options()), b = at::empty({B, c, n, N}, proj.options());
+    cuda::PairLayout l = pair_layout(proj);
+    l.c = c;
+    cuda::trimul_operands_forward(l, proj.data_ptr(), proj.stride(2), mask.defined() ? mask.data_ptr<float>() : nullptr,
+                                  a.data_ptr(), b.data_ptr(), current_stream(proj));
+    ctx->save_for_backward({proj, mask.defined() ? mask : at::empty({0}, proj.options().dtype(at::kFloat))});
+    return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1})};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &proj = s[0], &mask = s[1];
+    const c10::cuda::CUDAGuard guard(proj.device());
+    const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c = proj.size(3) / 4;
+    auto grad_cm = [&](const at::Tensor& g) {
+      return g.defined() ? channel_major(g.to(proj.scalar_type())) : at::zeros({B, c, n, N}, proj.options());
+    };
+    const at::Tensor da = grad_cm(grads[0]), db = grad_cm(grads[1]);
+    const at::Tensor dproj = at::empty({B, n, N, 4 * c}, proj.options());
+    cuda::PairLayout l = pair_layout(proj);
+    l.c = c;
+    cuda::trimul_operands_backward(l, da.data_ptr(), db.data_ptr(), proj.data_ptr(), proj.stride(2),
+                                   mask.numel() > 0 ? mask.data_ptr<float>() : nullptr, dproj.data_ptr(),
+                                   current_stream(proj));
+    // The projection may be a view wider than 4c (the gate's columns beside): its gradient is
+    // the 4c columns, autograd places them.
+    return {dproj, at::Tensor()};
+  }
+};
+
+// X @ Y^T-style products in the memory order of `like`: when `like` is a transposed view of
+// contiguous memory, (lhs @ rhs) is computed as (rhs^T @ lhs^T)^T so that it lands in that order.
+at::Tensor matmul_like(const at::Tensor& like, const at::Tensor& lhs, const at::Tensor& rhs) {
+  if (!like.is_contiguous() && like.transpose(-1, -2).is_contiguous())
+    return at::matmul(rhs.transpose(-1, -2), lhs.transpose(-1, -2)).transpose(-1, -2);
+  return at::matmul(lhs, rhs);
+}
+
+struct ContractFunction : public torch::autograd::Function<ContractFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+    const c10::cuda::CUDAGuard guard(a.device());
+    const at::Tensor A = a.permute({0, 3, 1, 2}), Bm = b.permute({0, 3, 1, 2});  // [B, c, I, K], [B, c, J, K]
+    const at::Tensor t_cm = at::matmul(A, Bm.transpose(-1, -2)).contiguous();     // [B, c, I, J]
+    const at::Tensor t = at::empty({a.size(0), a.size(1), b.size(1), a.size(3)}, a.options());
+    cuda::channels_to_rows(pair_layout(t), t_cm.data_ptr(), t.data_ptr(), current_stream(a));
+    ctx->save_for_backward({a, b});
+    return {t};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &a = s[0], &b = s[1];
+    const c10::cuda::CUDAGuard guard(a.device());
+    const at::Tensor dt = grads[0].to(a.scalar_type()).contiguous();
+    const at::Tensor dT = at::empty({dt.size(0), dt.size(3), dt.size(1), dt.size(2)}, dt.options());
+    cuda::rows_to_channels(pair_layout(dt), dt.data_ptr(), dT.data_ptr(), current_stream(a));
+    const at::Tensor A = a.permute({0, 3, 1, 2}), Bm = b.permute({0, 3, 1, 2});
+    // T = A Bm^T: dA = dT Bm, dBm = dT^T A.
+    const at::Tensor dA = matmul_like(A, dT, Bm), dB = matmul_like(Bm, dT.transpose(-1, -2), A);
+    return {dA.permute({0, 2, 3, 1}), dB.permute({0, 2, 3, 1})};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> operands_cuda(const at::Tensor& proj_ab, const std::optional<at::Tensor>& mask) {
+  if (!is_16bit(proj_ab) || proj_ab.dim() != 4 || proj_ab.size(3) % 4 != 0)
+    return triangle_multiplication_operands_ref(proj_ab, mask);
+  const bool has_mask = mask.has_value() && mask->defined();
+  // The kernels read one mask value per pair; a broadcasting mask takes the reference.
+  if (has_mask && mask->sizes() != proj_ab.sizes().slice(0, 3)) return triangle_multiplication_operands_ref(proj_ab, mask);
+  const variable_list r = OperandsFunction::apply(proj_ab, has_mask ? *mask : at::empty({0}, proj_ab.options()));
+  return {r[0], r[1]};
+}
+
+at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {
+  if (!is_16bit(a) || a.scalar_type() != b.scalar_type() || a.dim() != 4 || b.dim() != 4)
+    return triangle_multiplication_contract_ref(a, b);
+  TORCH_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(2) && a.size(3) == b.size(3),
+              "triangle_multiplication: operands ", a.sizes(), " and ", b.sizes(), " do not contract");
+  return ContractFunction::apply(a, b)[0];
+}
+
+}  // namespace
+}  // namespace megafold::ops
+
+TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
+  m.impl("triangle_multiplication_operands", &megafold::ops::operands_cuda);
+  m.impl("triangle_multiplication_contract", &megafold::ops::contract_cuda);
+}
+TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
+  m.impl("triangle_multiplication_operands", &megafold::ops::operands_cuda);
+  m.impl("triangle_multiplication_contract", &megafold::ops::contract_cuda);
+}

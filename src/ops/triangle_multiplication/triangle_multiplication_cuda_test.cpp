@@ -1,0 +1,118 @@
+// CUDA path of triangle_multiplication (layout kernels + cuBLAS contraction, LayerNorm+Linear
+// kernels) against the float64 reference (runs on a GPU host; skipped elsewhere): the update and
+// every gradient (z, both LayerNorms, w_ab, w_g, w_o) at most ~2x as far from float64 as the
+// reference computed in the same precision, outgoing and incoming, with padded tokens; the
+// model's autocast case, plain 16-bit inputs, two batch elements and hidden widths that leave
+// partial channel tiles; repeated backward bitwise equal.
+#include <ATen/Context.h>
+
+#include "model/autocast.h"
+#include "ops/reference_mode.h"
+#include "ops/triangle_multiplication/triangle_multiplication.h"
+#include "testing.h"
+
+namespace megafold::ops {
+namespace {
+using namespace megafold::testing;
+
+struct Case {
+  int64_t batch, n, c_z, c;  // z [batch, n, n, c_z], hidden c
+  bool outgoing;
+  at::ScalarType dtype;      // inputs' dtype; kFloat means fp32 inputs under bf16 autocast
+};
+
+// in: z, mask, ln_in_w, ln_in_b, w_ab, w_g, ln_out_w, ln_out_b, w_o. Returns the update, then
+// the gradients of every input but the mask.
+std::vector<at::Tensor> run(const std::vector<at::Tensor>& in, const at::Tensor& grad, at::ScalarType dtype,
+                            bool autocast, bool reference, bool outgoing) {
+  std::vector<at::Tensor> x;
+  for (size_t i = 0; i < in.size(); ++i) x.push_back(i == 1 ? in[i].to(dtype) : in[i].to(dtype).detach().requires_grad_(true));
+  set_reference_only(reference);
+  at::Tensor out;
+  {
+    const model::AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+    out = triangle_multiplication(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], outgoing);
+  }
+  out.backward(grad.to(out.scalar_type()));
+  set_reference_only(false);
+  std::vector<at::Tensor> r = {out.detach()};
+  for (size_t i = 0; i < x.size(); ++i)
+    if (i != 1) r.push_back(x[i].grad());
+  return r;
+}
+
+void check_case(const Case& c) {
+  const bool autocast = c.dtype == at::kFloat;
+  SCOPED_TRACE("batch=" + std::to_string(c.batch) + " n=" + std::to_string(c.n) + " c_z=" + std::to_string(c.c_z) +
+               " c=" + std::to_string(c.c) + (c.outgoing ? " outgoing " : " incoming ") +
+               (autocast ? "fp32 under bf16 autocast" : c10::toString(c.dtype)));
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const at::Tensor z = at::randn({c.batch, c.n, c.n, c.c_z}, o) * 2 + 0.5;
+  // Padded tokens at the end of each chain (one batch element keeps all when n is tiny).
+  const at::Tensor tokens = (at::rand({c.batch, c.n}, o) > 0.15).to(at::kFloat);
+  const at::Tensor mask = tokens.unsqueeze(2) * tokens.unsqueeze(1);
+  const std::vector<at::Tensor> in = {z,
+                                      mask,
+                                      1 + 0.3 * at::randn({c.c_z}, o),
+                                      0.3 * at::randn({c.c_z}, o),
+                                      at::randn({4 * c.c, c.c_z}, o) / std::sqrt(double(c.c_z)),
+                                      at::randn({c.c_z, c.c_z}, o) / std::sqrt(double(c.c_z)),
+                                      1 + 0.3 * at::randn({c.c}, o),
+                                      0.3 * at::randn({c.c}, o),
+                                      at::randn({c.c_z, c.c}, o) / std::sqrt(double(c.c))};
+  const at::Tensor grad = at::randn({c.batch, c.n, c.n, c.c_z}, o);
+  const auto ref64 = run(in, grad, at::kDouble, false, true, c.outgoing);
+  const auto naive = run(in, grad, c.dtype, autocast, true, c.outgoing);
+  const auto ours = run(in, grad, c.dtype, autocast, false, c.outgoing);
+  const std::vector<std::string> names = {"out", "dz", "d_ln_in_w", "d_ln_in_b", "dw_ab", "dw_g",
+                                          "d_ln_out_w", "d_ln_out_b", "dw_o"};
+  ASSERT_EQ(ours.size(), names.size());
+  EXPECT_EQ(ours[0].scalar_type(), naive[0].scalar_type());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    ASSERT_TRUE(ours[i].defined()) << names[i];
+    EXPECT_EQ(ours[i].sizes(), ref64[i].sizes()) << names[i];
+    const double atol = 1e-5 * ref64[i].abs().max().item<double>();
+    expect_within_derived_tolerance(ours[i], naive[i], ref64[i], atol, names[i].c_str());
+  }
+  const auto again = run(in, grad, c.dtype, autocast, false, c.outgoing);
+  for (size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], again[i])) << names[i] << " not reproducible";
+}
+
+class TriangleMultiplicationCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+    fresh_seed();
+  }
+};
+
+TEST_F(TriangleMultiplicationCuda, ModelCaseUnderAutocast) {
+  for (int64_t n : {1, 37, 131, 384})
+    for (bool outgoing : {true, false}) check_case({1, n, 128, 128, outgoing, at::kFloat});
+}
+
+TEST_F(TriangleMultiplicationCuda, SixteenBitBatchesAndNarrowWidths) {
+  for (at::ScalarType t : {at::kBFloat16, at::kHalf})
+    for (bool outgoing : {true, false}) {
+      check_case({2, 37, 128, 128, outgoing, t});  // planes of 1369 pairs: tiles straddle the batch
+      check_case({2, 17, 16, 40, outgoing, t});    // partial channel tiles; projections on the reference
+    }
+}
+
+TEST_F(TriangleMultiplicationCuda, OperandsAreChannelMajorAndContractWithoutCopies) {
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor proj = at::randn({1, 37, 37, 4 * 32}, o);
+  const auto [a, b] = triangle_multiplication_operands(proj, std::nullopt);
+  EXPECT_TRUE(a.permute({0, 3, 1, 2}).is_contiguous());
+  EXPECT_TRUE(b.permute({0, 3, 1, 2}).is_contiguous());
+  const auto [a_ref, b_ref] = triangle_multiplication_operands_ref(proj, std::nullopt);
+  // One rounding from fp32 against the reference's three bf16 roundings: within 2 bf16 ulps.
+  EXPECT_LE((a.to(at::kFloat) - a_ref.to(at::kFloat)).abs().max().item<float>(),
+            4 * 0.0078125f * a_ref.to(at::kFloat).abs().max().item<float>());
+  const at::Tensor t = triangle_multiplication_contract(a, b);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_TRUE(at::equal(t, triangle_multiplication_contract_ref(a, b)));
+}
+
+}  // namespace
+}  // namespace megafold::ops
