@@ -2,6 +2,7 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/sigmoid.h>
 
 #include <cmath>
 
@@ -53,21 +54,21 @@ at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Te
 
 at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const at::Tensor& pair_mask,
                                                    const dist::PairShard& shard) {
-  const int64_t c = w_ab_.size(0) / 4, c_z = w_g_.size(0);
+  const int64_t c = w_ab_.size(0) / 4;
   if (outgoing_) {
     // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows.
     const at::Tensor proj = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
-    const auto [a, b] = ops::triangle_multiplication_operands(proj.narrow(-1, 0, 4 * c), dist::local_rows(pair_mask, shard));
+    const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, dist::local_rows(pair_mask, shard), c);
     const at::Tensor t = ops::triangle_multiplication_contract(a, dist::gather_rows(b, shard));
-    return ops::triangle_multiplication_output(t, proj.narrow(-1, 4 * c, c_z), ln_out_w_, ln_out_b_, w_o_);
+    return ops::triangle_multiplication_output(t, gate, ln_out_w_, ln_out_b_, w_o_);
   }
   // t_ij = sum_k a_ki b_kj is the outgoing form on z^T, whose rows i are these rows of the
   // output; the gate is projected from z itself.
   const at::Tensor zt = dist::transpose_shards(z, shard);
   const at::Tensor proj = ops::layernorm_linear(zt, ln_in_w_, ln_in_b_, w_ab_, std::nullopt);
-  const auto [a, b] = ops::triangle_multiplication_operands(proj, dist::local_rows_transposed(pair_mask, shard));
+  const auto [a, b, no_gate] = ops::triangle_multiplication_operands(proj, dist::local_rows_transposed(pair_mask, shard), c);
   const at::Tensor t = ops::triangle_multiplication_contract(a, dist::gather_rows(b, shard));
-  const at::Tensor gate = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt);
+  const at::Tensor gate = at::sigmoid(ops::layernorm_linear(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt));
   return ops::triangle_multiplication_output(t, gate, ln_out_w_, ln_out_b_, w_o_);
 }
 

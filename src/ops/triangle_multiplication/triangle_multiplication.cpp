@@ -20,17 +20,17 @@ at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::
                      w_o, outgoing);
 }
 
-TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj_ab,
-                                                                const std::optional<at::Tensor>& mask) {
+TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj,
+                                                                const std::optional<at::Tensor>& mask, int64_t c) {
   if (reference_only()) {
-    const auto [a, b] = triangle_multiplication_operands_ref(proj_ab, mask);
-    return {a, b};
+    const auto [a, b, gate] = triangle_multiplication_operands_ref(proj, mask, c);
+    return {a, b, gate};
   }
   static const auto handle = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("megafold::triangle_multiplication_operands", "")
                                  .typed<decltype(triangle_multiplication_operands_ref)>();
-  const auto [a, b] = handle.call(proj_ab, mask);
-  return {a, b};
+  const auto [a, b, gate] = handle.call(proj, mask, c);
+  return {a, b, gate};
 }
 
 at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b) {
@@ -47,7 +47,7 @@ TORCH_LIBRARY_FRAGMENT(megafold, m) {
   m.def("triangle_multiplication(Tensor z, Tensor? mask, Tensor ln_in_weight, Tensor ln_in_bias,"
         " Tensor w_ab, Tensor w_g, Tensor ln_out_weight, Tensor ln_out_bias, Tensor w_o,"
         " bool outgoing) -> Tensor");
-  m.def("triangle_multiplication_operands(Tensor proj_ab, Tensor? mask) -> (Tensor, Tensor)");
+  m.def("triangle_multiplication_operands(Tensor proj, Tensor? mask, int c) -> (Tensor, Tensor, Tensor)");
   m.def("triangle_multiplication_contract(Tensor a, Tensor b) -> Tensor");
 }
 

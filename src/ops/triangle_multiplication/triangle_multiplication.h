@@ -32,25 +32,28 @@ at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::
 
 // The op's three stages, shared with the row-sharded pair stack (dist/shard.h), which gathers
 // b between the first and the second:
-//   operands: a, b [..., c] from the 4c-wide projection (p_a, p_b, g_a, g_b) and the mask.
+//   operands: a, b [..., c] from the projection's first 4c columns (p_a, p_b, g_a, g_b) and the
+//             mask, and gate = sigmoid of its remaining columns (the output gate's logits;
+//             [..., 0] when there are none).
 //   contract: outgoing form t[b, i, j, :] = sum_k a[b, i, k, :] * b[b, j, k, :] for a's rows i
 //             and b's rows j (incoming = outgoing on transposed a and b).
-//   output:   sigmoid(gate_logits) * (LayerNorm_out(t) @ w_o^T).
+//   output:   gate * (LayerNorm_out(t) @ w_o^T).
 // operands and contract are dispatcher ops (torch.ops.megafold.triangle_multiplication_*):
 // on CUDA with 16-bit tensors their kernels keep a and b channel-major ([B, c, N, N] memory
-// behind [B, N, N, c] views), so the contraction is cuBLAS on them without copies.
+// behind [B, N, N, c] views), so the contraction is cuBLAS on them without copies, and the
+// projection's gradient is written whole, in one pass.
 struct TriangleMultiplicationOperands {
-  at::Tensor a, b;
+  at::Tensor a, b, gate;
 };
-TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj_ab,
-                                                                const std::optional<at::Tensor>& mask);
+TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj,
+                                                                const std::optional<at::Tensor>& mask, int64_t c);
 at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b);
-at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate_logits,
+at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate,
                                           const at::Tensor& ln_out_weight, const at::Tensor& ln_out_bias,
                                           const at::Tensor& w_o);
 // The ATen references of the two dispatcher stages.
-std::tuple<at::Tensor, at::Tensor> triangle_multiplication_operands_ref(const at::Tensor& proj_ab,
-                                                                        const std::optional<at::Tensor>& mask);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_operands_ref(
+    const at::Tensor& proj, const std::optional<at::Tensor>& mask, int64_t c);
 at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b);
 
 at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,

@@ -2,7 +2,8 @@
 // keys): 16-bit tensors go through triangle_multiplication_layout.cu and cuBLAS, anything else
 // through the ATen references.
 //   operands  proj rows -> a, b returned as [B, n, N, c] views of channel-major [B, c, n, N]
-//             memory; backward takes da, db in that layout (a copy only if a caller changed it).
+//             memory, and the output gate as rows; backward takes da, db in that layout (a
+//             copy only if a caller changed it) and writes the projection's whole gradient.
 //   contract  the channel-major operands (or their transposes: the incoming update) go to
 //             cuBLAS as they are; t comes back as rows [B, I, J, c] for the output LayerNorm.
 //             Each operand's gradient is produced in its operand's memory order, so the
@@ -39,44 +40,50 @@ cuda::PairLayout pair_layout(const at::Tensor& t) {
 // so, which the kernels' outputs and contract's gradients are).
 at::Tensor channel_major(const at::Tensor& t) { return t.permute({0, 3, 1, 2}).contiguous(); }
 
-// Rows of the projection evenly strided with contiguous channels: [B, n, N, >= 4c] read in place.
+// Rows of the projection evenly strided with contiguous channels: [B, n, N, width] read in place.
 bool rows_in_place(const at::Tensor& p) {
   return p.stride(3) == 1 && p.stride(1) == p.size(2) * p.stride(2) && p.stride(0) == p.size(1) * p.stride(1);
 }
 
 struct OperandsFunction : public torch::autograd::Function<OperandsFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& proj_in, const at::Tensor& mask_or_empty) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& proj_in, const at::Tensor& mask_or_empty,
+                               int64_t c) {
     const c10::cuda::CUDAGuard guard(proj_in.device());
     const at::Tensor proj = rows_in_place(proj_in) ? proj_in : proj_in.contiguous();
-    const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c = proj.size(3) / 4;
+    const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c_gate = proj.size(3) - 4 * c;
     const at::Tensor mask = mask_or_empty.numel() > 0 ? mask_or_empty.to(at::kFloat).contiguous() : at::Tensor();
     const at::Tensor a = at::empty({B, c, n, N}, proj.options()), b = at::empty({B, c, n, N}, proj.options());
+    const at::Tensor gate = at::empty({B, n, N, c_gate}, proj.options());
     cuda::PairLayout l = pair_layout(proj);
     l.c = c;
-    cuda::trimul_operands_forward(l, proj.data_ptr(), proj.stride(2), mask.defined() ? mask.data_ptr<float>() : nullptr,
-                                  a.data_ptr(), b.data_ptr(), current_stream(proj));
+    cuda::TrimulOperands o{proj.data_ptr(), proj.stride(2), mask.defined() ? mask.data_ptr<float>() : nullptr, c_gate,
+                           a.data_ptr(), b.data_ptr(), gate.data_ptr(), nullptr};
+    cuda::trimul_operands_forward(l, o, current_stream(proj));
     ctx->save_for_backward({proj, mask.defined() ? mask : at::empty({0}, proj.options().dtype(at::kFloat))});
-    return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1})};
+    ctx->saved_data["c"] = c;
+    return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
     const at::Tensor &proj = s[0], &mask = s[1];
     const c10::cuda::CUDAGuard guard(proj.device());
-    const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c = proj.size(3) / 4;
+    const int64_t c = ctx->saved_data["c"].toInt();
+    const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c_gate = proj.size(3) - 4 * c;
     auto grad_cm = [&](const at::Tensor& g) {
       return g.defined() ? channel_major(g.to(proj.scalar_type())) : at::zeros({B, c, n, N}, proj.options());
     };
     const at::Tensor da = grad_cm(grads[0]), db = grad_cm(grads[1]);
-    const at::Tensor dproj = at::empty({B, n, N, 4 * c}, proj.options());
+    const at::Tensor dgate = grads[2].defined() ? grads[2].to(proj.scalar_type()).contiguous()
+                                                : at::zeros({B, n, N, c_gate}, proj.options());
+    // The whole projection's gradient in one pass: no zero-filled tensor for slices to land in.
+    const at::Tensor dproj = at::empty({B, n, N, 4 * c + c_gate}, proj.options());
     cuda::PairLayout l = pair_layout(proj);
     l.c = c;
-    cuda::trimul_operands_backward(l, da.data_ptr(), db.data_ptr(), proj.data_ptr(), proj.stride(2),
-                                   mask.numel() > 0 ? mask.data_ptr<float>() : nullptr, dproj.data_ptr(),
-                                   current_stream(proj));
-    // The projection may be a view wider than 4c (the gate's columns beside): its gradient is
-    // the 4c columns, autograd places them.
-    return {dproj, at::Tensor()};
+    cuda::TrimulOperands o{proj.data_ptr(), proj.stride(2), mask.numel() > 0 ? mask.data_ptr<float>() : nullptr,
+                           c_gate, da.data_ptr(), db.data_ptr(), dgate.data_ptr(), dproj.data_ptr()};
+    cuda::trimul_operands_backward(l, o, current_stream(proj));
+    return {dproj, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -113,14 +120,15 @@ struct ContractFunction : public torch::autograd::Function<ContractFunction> {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> operands_cuda(const at::Tensor& proj_ab, const std::optional<at::Tensor>& mask) {
-  if (!is_16bit(proj_ab) || proj_ab.dim() != 4 || proj_ab.size(3) % 4 != 0)
-    return triangle_multiplication_operands_ref(proj_ab, mask);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& proj, const std::optional<at::Tensor>& mask,
+                                                             int64_t c) {
+  if (!is_16bit(proj) || proj.dim() != 4 || c < 1 || proj.size(3) < 4 * c)
+    return triangle_multiplication_operands_ref(proj, mask, c);
   const bool has_mask = mask.has_value() && mask->defined();
   // The kernels read one mask value per pair; a broadcasting mask takes the reference.
-  if (has_mask && mask->sizes() != proj_ab.sizes().slice(0, 3)) return triangle_multiplication_operands_ref(proj_ab, mask);
-  const variable_list r = OperandsFunction::apply(proj_ab, has_mask ? *mask : at::empty({0}, proj_ab.options()));
-  return {r[0], r[1]};
+  if (has_mask && mask->sizes() != proj.sizes().slice(0, 3)) return triangle_multiplication_operands_ref(proj, mask, c);
+  const variable_list r = OperandsFunction::apply(proj, has_mask ? *mask : at::empty({0}, proj.options()), c);
+  return {r[0], r[1], r[2]};
 }
 
 at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {

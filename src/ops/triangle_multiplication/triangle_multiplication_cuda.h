@@ -5,8 +5,9 @@
 // N^2 x c tensor, transposing through shared memory between the row-major pair layout
 // [B, P, c] of the projections and the channel-major layout of the contraction:
 //
-//   operands_forward   proj rows -> a, b channel-major:  a = sigmoid(g_a) * p_a * mask (b alike)
-//   operands_backward  da, db channel-major + proj rows -> d p_a, d g_a, d p_b, d g_b rows
+//   operands_forward   proj rows -> a, b channel-major:  a = sigmoid(g_a) * p_a * mask (b alike),
+//                      and the output gate sigmoid(g) of the columns after them, as rows
+//   operands_backward  da, db channel-major, d gate rows + proj rows -> every column's gradient
 //   channels_to_rows   t [B, c, P] -> [B, P, c]   (the contraction's output, for LayerNorm_out)
 //   rows_to_channels   dt [B, P, c] -> [B, c, P]  (its gradient, for the contraction's backward)
 //
@@ -25,13 +26,20 @@ struct PairLayout {
   int64_t c;      // channels per operand
 };
 
-// proj: [B * P, ld] rows holding p_a, p_b, g_a, g_b as columns [0, 4c); mask: [B * P] or null.
-// a, b: [B, c, P].
-void trimul_operands_forward(const PairLayout& l, const void* proj, int64_t ld, const float* mask, void* a,
-                             void* b, void* stream);
-// da, db: [B, c, P]; dproj: [B * P, 4c] (every column written).
-void trimul_operands_backward(const PairLayout& l, const void* da, const void* db, const void* proj, int64_t ld,
-                              const float* mask, void* dproj, void* stream);
+// proj: [B * P, ld] rows holding p_a, p_b, g_a, g_b as columns [0, 4c) and the output gate's
+// logits as columns [4c, 4c + c_gate); mask: [B * P] or null. a, b: [B, c, P]; gate: [B * P, c_gate].
+struct TrimulOperands {
+  const void* proj;
+  int64_t ld;
+  const float* mask;
+  int64_t c_gate;
+  void* a;     // forward: outputs; backward: their gradients (inputs)
+  void* b;
+  void* gate;
+  void* dproj;  // backward: [B * P, 4c + c_gate], every column written
+};
+void trimul_operands_forward(const PairLayout& l, const TrimulOperands& o, void* stream);
+void trimul_operands_backward(const PairLayout& l, const TrimulOperands& o, void* stream);
 void channels_to_rows(const PairLayout& l, const void* src, void* dst, void* stream);
 void rows_to_channels(const PairLayout& l, const void* src, void* dst, void* stream);
 

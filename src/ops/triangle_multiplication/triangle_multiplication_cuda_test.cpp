@@ -101,14 +101,17 @@ TEST_F(TriangleMultiplicationCuda, SixteenBitBatchesAndNarrowWidths) {
 
 TEST_F(TriangleMultiplicationCuda, OperandsAreChannelMajorAndContractWithoutCopies) {
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
-  const at::Tensor proj = at::randn({1, 37, 37, 4 * 32}, o);
-  const auto [a, b] = triangle_multiplication_operands(proj, std::nullopt);
+  const at::Tensor proj = at::randn({1, 37, 37, 4 * 32 + 24}, o);  // a, b, their gates, an output gate of 24
+  const auto [a, b, gate] = triangle_multiplication_operands(proj, std::nullopt, 32);
   EXPECT_TRUE(a.permute({0, 3, 1, 2}).is_contiguous());
   EXPECT_TRUE(b.permute({0, 3, 1, 2}).is_contiguous());
-  const auto [a_ref, b_ref] = triangle_multiplication_operands_ref(proj, std::nullopt);
-  // One rounding from fp32 against the reference's three bf16 roundings: within 2 bf16 ulps.
-  EXPECT_LE((a.to(at::kFloat) - a_ref.to(at::kFloat)).abs().max().item<float>(),
-            4 * 0.0078125f * a_ref.to(at::kFloat).abs().max().item<float>());
+  EXPECT_EQ(gate.sizes(), (std::vector<int64_t>{1, 37, 37, 24}));
+  const auto [a_ref, b_ref, gate_ref] = triangle_multiplication_operands_ref(proj, std::nullopt, 32);
+  // One rounding from fp32 against the reference's two or three bf16 roundings (unit
+  // roundoff 2^-8 each): within 4 units of the largest value.
+  for (const auto& [ours, ref] : {std::pair{a, a_ref}, std::pair{b, b_ref}, std::pair{gate, gate_ref}})
+    EXPECT_LE((ours.to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<float>(),
+              4 * 0.00390625f * ref.to(at::kFloat).abs().max().item<float>());
   const at::Tensor t = triangle_multiplication_contract(a, b);
   EXPECT_TRUE(t.is_contiguous());
   EXPECT_TRUE(at::equal(t, triangle_multiplication_contract_ref(a, b)));

@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "core/cuda_check.h"
 #include "ops/triangle_multiplication/triangle_multiplication_cuda.h"
 
@@ -35,16 +37,26 @@ __device__ __forceinline__ int64_t channel_major(int64_t r, int64_t ch, const Pa
 }
 
 // Source rows -> channel-major destination. kGate: the value is the gated, masked operand
-// blockIdx.z (0: a, 1: b) of the projection rows; otherwise the row-major value itself.
+// blockIdx.z (0: a, 1: b) of the projection rows (blockIdx.z = 2: the output gate, row to
+// row); otherwise the row-major value itself.
 template <typename T, bool kGate>
 __global__ void __launch_bounds__(kThreads) rows_to_channels_kernel(const PairLayout l, const T* __restrict__ src,
                                                                     int64_t ld, const float* __restrict__ mask,
-                                                                    T* __restrict__ dst0, T* __restrict__ dst1) {
+                                                                    T* __restrict__ dst0, T* __restrict__ dst1,
+                                                                    T* __restrict__ gate, int64_t c_gate) {
   __shared__ float tile[kTile][kTile + 1];  // [channel][row], +1: conflict-free column reads
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t M = l.batch * l.plane;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int op = blockIdx.z;
+  if (kGate && op == 2) {  // the whole block takes this branch: no barrier is skipped
+    for (int rr = warp; rr < kTile && r0 + rr < M; rr += kWarps)
+      for (int cc = lane; cc < kTile && c0 + cc < c_gate; cc += 32) {
+        const int64_t r = r0 + rr, ch = c0 + cc;
+        gate[r * c_gate + ch] = from_float<T>(sigmoid(to_float(src[r * ld + 4 * l.c + ch])));
+      }
+    return;
+  }
 #pragma unroll 2
   for (int rr = warp; rr < kTile; rr += kWarps) {
     const int64_t r = r0 + rr;
@@ -77,10 +89,12 @@ __global__ void __launch_bounds__(kThreads) rows_to_channels_kernel(const PairLa
 }
 
 // Channel-major source -> rows. kGate: the source is d(operand blockIdx.z), and the rows
-// written are the gradients of its projection and gate columns; otherwise the value itself.
+// written are the gradients of its projection and gate columns (blockIdx.z = 2: the output
+// gate's gradient rows give its logits' columns); otherwise the value itself.
 template <typename T, bool kGate>
 __global__ void __launch_bounds__(kThreads) channels_to_rows_kernel(const PairLayout l, const T* __restrict__ src0,
                                                                     const T* __restrict__ src1,
+                                                                    const T* __restrict__ dgate, int64_t c_gate,
                                                                     const T* __restrict__ proj, int64_t ld,
                                                                     const float* __restrict__ mask,
                                                                     T* __restrict__ dst, int64_t ld_dst) {
@@ -89,6 +103,15 @@ __global__ void __launch_bounds__(kThreads) channels_to_rows_kernel(const PairLa
   const int64_t M = l.batch * l.plane;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int op = blockIdx.z;
+  if (kGate && op == 2) {  // block-uniform, as in rows_to_channels_kernel
+    for (int rr = warp; rr < kTile && r0 + rr < M; rr += kWarps)
+      for (int cc = lane; cc < kTile && c0 + cc < c_gate; cc += 32) {
+        const int64_t r = r0 + rr, ch = c0 + cc;
+        const float s = sigmoid(to_float(proj[r * ld + 4 * l.c + ch]));
+        dst[r * ld_dst + 4 * l.c + ch] = from_float<T>(to_float(dgate[r * c_gate + ch]) * s * (1.0f - s));
+      }
+    return;
+  }
   const T* src = op == 0 ? src0 : src1;
   for (int cc = warp; cc < kTile; cc += kWarps) {
     const int64_t ch = c0 + cc;
@@ -124,8 +147,9 @@ __global__ void __launch_bounds__(kThreads) channels_to_rows_kernel(const PairLa
   }
 }
 
-dim3 grid(const PairLayout& l, int operands) {
-  const int64_t row_tiles = (l.batch * l.plane + kTile - 1) / kTile, channel_tiles = (l.c + kTile - 1) / kTile;
+dim3 grid(const PairLayout& l, int operands, int64_t c_gate = 0) {
+  const int64_t row_tiles = (l.batch * l.plane + kTile - 1) / kTile;
+  const int64_t channel_tiles = (std::max(l.c, c_gate) + kTile - 1) / kTile;
   MF_CHECK(row_tiles < (int64_t{1} << 31) && channel_tiles < 65536, "triangle_multiplication: pair tensor too large");
   return dim3(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(channel_tiles), operands);
 }
@@ -141,25 +165,26 @@ bool empty(const PairLayout& l) { return l.batch * l.plane == 0 || l.c == 0; }
 
 }  // namespace
 
-void trimul_operands_forward(const PairLayout& l, const void* proj, int64_t ld, const float* mask, void* a, void* b,
-                             void* stream) {
+void trimul_operands_forward(const PairLayout& l, const TrimulOperands& o, void* stream) {
   if (empty(l)) return;
   dispatch(l, [&](auto t) {
     using T = decltype(t);
-    rows_to_channels_kernel<T, true><<<grid(l, 2), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        l, static_cast<const T*>(proj), ld, mask, static_cast<T*>(a), static_cast<T*>(b));
+    rows_to_channels_kernel<T, true><<<grid(l, o.c_gate > 0 ? 3 : 2, o.c_gate), kThreads, 0,
+                                       static_cast<cudaStream_t>(stream)>>>(
+        l, static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.a), static_cast<T*>(o.b),
+        static_cast<T*>(o.gate), o.c_gate);
   });
   MF_CUDA_CHECK(cudaGetLastError());
 }
 
-void trimul_operands_backward(const PairLayout& l, const void* da, const void* db, const void* proj, int64_t ld,
-                              const float* mask, void* dproj, void* stream) {
+void trimul_operands_backward(const PairLayout& l, const TrimulOperands& o, void* stream) {
   if (empty(l)) return;
   dispatch(l, [&](auto t) {
     using T = decltype(t);
-    channels_to_rows_kernel<T, true><<<grid(l, 2), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        l, static_cast<const T*>(da), static_cast<const T*>(db), static_cast<const T*>(proj), ld, mask,
-        static_cast<T*>(dproj), 4 * l.c);
+    channels_to_rows_kernel<T, true><<<grid(l, o.c_gate > 0 ? 3 : 2, o.c_gate), kThreads, 0,
+                                       static_cast<cudaStream_t>(stream)>>>(
+        l, static_cast<const T*>(o.a), static_cast<const T*>(o.b), static_cast<const T*>(o.gate), o.c_gate,
+        static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.dproj), 4 * l.c + o.c_gate);
   });
   MF_CUDA_CHECK(cudaGetLastError());
 }
@@ -169,7 +194,7 @@ void channels_to_rows(const PairLayout& l, const void* src, void* dst, void* str
   dispatch(l, [&](auto t) {
     using T = decltype(t);
     channels_to_rows_kernel<T, false><<<grid(l, 1), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        l, static_cast<const T*>(src), nullptr, nullptr, 0, nullptr, static_cast<T*>(dst), l.c);
+        l, static_cast<const T*>(src), nullptr, nullptr, 0, nullptr, 0, nullptr, static_cast<T*>(dst), l.c);
   });
   MF_CUDA_CHECK(cudaGetLastError());
 }
@@ -179,7 +204,7 @@ void rows_to_channels(const PairLayout& l, const void* src, void* dst, void* str
   dispatch(l, [&](auto t) {
     using T = decltype(t);
     rows_to_channels_kernel<T, false><<<grid(l, 1), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        l, static_cast<const T*>(src), l.c, nullptr, static_cast<T*>(dst), nullptr);
+        l, static_cast<const T*>(src), l.c, nullptr, static_cast<T*>(dst), nullptr, nullptr, 0);
   });
   MF_CUDA_CHECK(cudaGetLastError());
 }

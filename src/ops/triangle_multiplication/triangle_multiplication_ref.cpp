@@ -10,17 +10,19 @@
 
 namespace megafold::ops {
 
-std::tuple<at::Tensor, at::Tensor> triangle_multiplication_operands_ref(const at::Tensor& proj_ab,
-                                                                        const std::optional<at::Tensor>& mask) {
-  const int64_t c = proj_ab.size(-1) / 4;
-  at::Tensor a = at::sigmoid(proj_ab.narrow(-1, 2 * c, c)) * proj_ab.narrow(-1, 0, c);
-  at::Tensor b = at::sigmoid(proj_ab.narrow(-1, 3 * c, c)) * proj_ab.narrow(-1, c, c);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_operands_ref(
+    const at::Tensor& proj, const std::optional<at::Tensor>& mask, int64_t c) {
+  if (c < 0 || proj.dim() < 1 || proj.size(-1) < 4 * c)
+    detail::fail("triangle_multiplication", "the projection must have at least 4 * c = " + std::to_string(4 * c) +
+                                                " columns, got " + std::to_string(proj.dim() < 1 ? 0 : proj.size(-1)));
+  at::Tensor a = at::sigmoid(proj.narrow(-1, 2 * c, c)) * proj.narrow(-1, 0, c);
+  at::Tensor b = at::sigmoid(proj.narrow(-1, 3 * c, c)) * proj.narrow(-1, c, c);
   if (mask.has_value() && mask->defined()) {
     const at::Tensor m = mask->unsqueeze(-1).to(a.scalar_type());
     a = a * m;
     b = b * m;
   }
-  return {a, b};
+  return {a, b, at::sigmoid(proj.narrow(-1, 4 * c, proj.size(-1) - 4 * c))};
 }
 
 at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b) {
@@ -30,10 +32,10 @@ at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::T
   return at::matmul(a_c, b_c.transpose(-1, -2)).permute({0, 2, 3, 1});  // [B, i, j, c]
 }
 
-at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate_logits,
+at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate,
                                           const at::Tensor& ln_out_weight, const at::Tensor& ln_out_bias,
                                           const at::Tensor& w_o) {
-  return at::sigmoid(gate_logits) * layernorm_linear(t, ln_out_weight, ln_out_bias, w_o, std::nullopt);
+  return gate * layernorm_linear(t, ln_out_weight, ln_out_bias, w_o, std::nullopt);
 }
 
 at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,
@@ -64,11 +66,11 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
   // AF3 SI Alg. 12 / 13. The a/b projections and the output gate share LayerNorm_in(z): one
   // layernorm_linear (the fused kernels on a GPU), so the normalised z is never stored.
   const at::Tensor proj = layernorm_linear(z, ln_in_weight, ln_in_bias, at::cat({w_ab, w_g}), std::nullopt);
-  const auto [a, b] = triangle_multiplication_operands(proj.narrow(-1, 0, 4 * c), mask);
+  const auto [a, b, gate] = triangle_multiplication_operands(proj, mask, c);
   // incoming t_ij = sum_k a_ki b_kj is the outgoing form on the transposed operands (views).
   const at::Tensor t = outgoing ? triangle_multiplication_contract(a, b)
                                 : triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2));
-  return triangle_multiplication_output(t, proj.narrow(-1, 4 * c, c_z), ln_out_weight, ln_out_bias, w_o);
+  return triangle_multiplication_output(t, gate, ln_out_weight, ln_out_bias, w_o);
 }
 
 }  // namespace megafold::ops
