@@ -2,6 +2,7 @@
 callable from PyTorch, differentiable, and equal to independent PyTorch formulations."""
 import math
 
+import pytest
 import torch
 
 
@@ -13,7 +14,8 @@ def naive_attention(q, k, v, bias, mask, gate):
 
 
 def test_all_ops_registered(megafold_ops):
-    for name in ["layernorm_linear", "swiglu_transition", "triangle_multiplication",
+    for name in ["layernorm_linear", "swiglu_transition", "swiglu", "triangle_multiplication",
+                 "triangle_multiplication_operands", "triangle_multiplication_contract",
                  "triangle_attention", "attention_pair_bias"]:
         assert hasattr(megafold_ops, name), name
 
@@ -74,3 +76,34 @@ def test_bad_argument_is_named(megafold_ops):
         assert "'weight'" in str(e)
     else:
         raise AssertionError("expected an error")
+
+
+def test_triangle_multiplication_stages_compose_to_the_op(megafold_ops):
+    """operands -> contract (outgoing, and incoming on transposed views) -> gated output equals
+    the whole op; the operands' third output is the output gate, sigmoid of the columns after 4c."""
+    torch.manual_seed(3)
+    n, c_z, c = 7, 6, 5
+    z = torch.randn(1, n, n, c_z, dtype=torch.float64)
+    mask = (torch.rand(1, n, n) > 0.2).double()
+    ln_w, ln_b = 1 + 0.1 * torch.randn(c_z, dtype=torch.float64), 0.1 * torch.randn(c_z, dtype=torch.float64)
+    w_ab, w_g = torch.randn(4 * c, c_z, dtype=torch.float64), torch.randn(c_z, c_z, dtype=torch.float64)
+    lo_w, lo_b = 1 + 0.1 * torch.randn(c, dtype=torch.float64), 0.1 * torch.randn(c, dtype=torch.float64)
+    w_o = torch.randn(c_z, c, dtype=torch.float64)
+    proj = torch.nn.functional.layer_norm(z, (c_z,), ln_w, ln_b) @ torch.cat([w_ab, w_g]).T
+    a, b, gate = megafold_ops.triangle_multiplication_operands(proj, mask, c)
+    assert torch.allclose(gate, torch.sigmoid(proj[..., 4 * c:]))
+    for outgoing in (True, False):
+        t = megafold_ops.triangle_multiplication_contract(a, b) if outgoing else \
+            megafold_ops.triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2))
+        out = gate * (torch.nn.functional.layer_norm(t, (c,), lo_w, lo_b) @ w_o.T)
+        whole = megafold_ops.triangle_multiplication(z, mask, ln_w, ln_b, w_ab, w_g, lo_w, lo_b, w_o, outgoing)
+        assert torch.allclose(out, whole, rtol=1e-12, atol=1e-12), outgoing
+
+
+def test_swiglu_matches_torch_and_gradcheck(megafold_ops):
+    ab = torch.randn(3, 5, 2 * 6, dtype=torch.float64, requires_grad=True)
+    a, b = ab.detach().chunk(2, -1)
+    assert torch.allclose(megafold_ops.swiglu(ab), torch.nn.functional.silu(a) * b, rtol=1e-14, atol=1e-14)
+    assert torch.autograd.gradcheck(megafold_ops.swiglu, (ab,))
+    with pytest.raises(RuntimeError, match="even width"):
+        megafold_ops.swiglu(torch.randn(4, 7))
