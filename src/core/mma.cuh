@@ -1,6 +1,7 @@
 #pragma once
 // Warp-level tensor-core pieces for sm_80+ kernels: mma.sync m16n8k16 with fp16/bf16 inputs
-// and fp32 accumulation, 16-bit pair packing, the ldmatrix transpose load and cp.async.
+// and fp32 accumulation, 16-bit scalar and pair conversions, the ldmatrix transpose load and
+// cp.async.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and
 // t = lane % 4; each 32-bit register holds two consecutive 16-bit elements, lower column first:
@@ -16,6 +17,16 @@
 #include <cstdint>
 
 namespace megafold::mma {
+
+// One 16-bit value to and from fp32 (round to nearest even), for element-wise kernels.
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);

@@ -67,6 +67,21 @@ void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& na
       << what << ": error " << err << " vs naive low-precision error " << naive_err;
 }
 
+void expect_matches_references(const std::vector<at::Tensor>& ours, const std::vector<at::Tensor>& again,
+                               const std::vector<at::Tensor>& naive, const std::vector<at::Tensor>& ref64,
+                               const std::vector<std::string>& names) {
+  ASSERT_EQ(ours.size(), names.size());
+  ASSERT_EQ(again.size(), names.size());
+  EXPECT_EQ(ours[0].scalar_type(), naive[0].scalar_type()) << names[0];
+  for (size_t i = 0; i < ours.size(); ++i) {
+    ASSERT_TRUE(ours[i].defined()) << names[i];
+    EXPECT_EQ(ours[i].sizes(), ref64[i].sizes()) << names[i];
+    const double atol = 1e-5 * ref64[i].abs().max().item<double>();
+    expect_within_derived_tolerance(ours[i], naive[i], ref64[i], atol, names[i].c_str());
+    EXPECT_TRUE(at::equal(ours[i], again[i])) << names[i] << " not reproducible";
+  }
+}
+
 void randomise_parameters(torch::nn::Module& m, double scale) {
   c10::NoGradGuard no_grad;
   for (auto& p : m.parameters()) p.copy_(at::randn_like(p) * scale);

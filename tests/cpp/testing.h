@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace megafold::testing {
@@ -27,6 +28,13 @@ void expect_gradients_match_finite_differences(
 // ||out - ref64|| <= 2 * ||naive - ref64|| + atol, elementwise max norm.
 void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& naive,
                                      const at::Tensor& ref64, double atol, const char* what);
+
+// A CUDA op against its references, output by output (names[i] for outputs[i]): each within
+// the derived tolerance of expect_within_derived_tolerance (atol 1e-5 of the float64 output's
+// largest magnitude), same shape, and bitwise equal to a repeated run (`again`).
+void expect_matches_references(const std::vector<at::Tensor>& ours, const std::vector<at::Tensor>& again,
+                               const std::vector<at::Tensor>& naive, const std::vector<at::Tensor>& ref64,
+                               const std::vector<std::string>& names);
 
 // Overwrites every parameter of m with N(0, scale^2) draws. Zero-initialised output
 // projections make fresh blocks the identity; tests that need the whole computation to act

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/mma.cuh"
 #include "ops/swiglu_transition/swiglu_cuda.h"
 
 namespace megafold::ops::cuda {
@@ -16,14 +17,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+using mma::from_float;
+using mma::to_float;
 
 // kVec consecutive 16-bit values through one aligned access (uint4 for 8, the value itself for 1).
 template <typename T, int kVec>

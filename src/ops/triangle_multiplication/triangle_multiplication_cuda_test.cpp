@@ -66,16 +66,7 @@ void check_case(const Case& c) {
   const auto ours = run(in, grad, c.dtype, autocast, false, c.outgoing);
   const std::vector<std::string> names = {"out", "dz", "d_ln_in_w", "d_ln_in_b", "dw_ab", "dw_g",
                                           "d_ln_out_w", "d_ln_out_b", "dw_o"};
-  ASSERT_EQ(ours.size(), names.size());
-  EXPECT_EQ(ours[0].scalar_type(), naive[0].scalar_type());
-  for (size_t i = 0; i < ours.size(); ++i) {
-    ASSERT_TRUE(ours[i].defined()) << names[i];
-    EXPECT_EQ(ours[i].sizes(), ref64[i].sizes()) << names[i];
-    const double atol = 1e-5 * ref64[i].abs().max().item<double>();
-    expect_within_derived_tolerance(ours[i], naive[i], ref64[i], atol, names[i].c_str());
-  }
-  const auto again = run(in, grad, c.dtype, autocast, false, c.outgoing);
-  for (size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], again[i])) << names[i] << " not reproducible";
+  expect_matches_references(ours, run(in, grad, c.dtype, autocast, false, c.outgoing), naive, ref64, names);
 }
 
 class TriangleMultiplicationCuda : public ::testing::Test {

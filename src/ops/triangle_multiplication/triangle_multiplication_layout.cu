@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/mma.cuh"
 #include "ops/triangle_multiplication/triangle_multiplication_cuda.h"
 
 namespace megafold::ops::cuda {
@@ -19,14 +20,8 @@ constexpr int kTile = 64;  // rows and channels per block
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+using mma::from_float;
+using mma::to_float;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
@@ -154,59 +149,53 @@ dim3 grid(const PairLayout& l, int operands, int64_t c_gate = 0) {
   return dim3(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(channel_tiles), operands);
 }
 
-template <typename Fn>
-void dispatch(const PairLayout& l, Fn&& fn) {
-  if (l.dtype == DType::kBFloat16) fn(__nv_bfloat16{});
-  else if (l.dtype == DType::kFloat16) fn(__half{});
-  else MF_CHECK(false, "triangle_multiplication: the layout kernels take float16 or bfloat16");
-}
-
 bool empty(const PairLayout& l) { return l.batch * l.plane == 0 || l.c == 0; }
+
+// Calls launch(T{}, stream) with T the layout's 16-bit type, unless there is nothing to do.
+template <typename Launch>
+void run(const PairLayout& l, void* stream, Launch&& launch) {
+  if (empty(l)) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (l.dtype == DType::kBFloat16) launch(__nv_bfloat16{}, s);
+  else if (l.dtype == DType::kFloat16) launch(__half{}, s);
+  else MF_CHECK(false, "triangle_multiplication: the layout kernels take float16 or bfloat16");
+  MF_CUDA_CHECK(cudaGetLastError());
+}
 
 }  // namespace
 
 void trimul_operands_forward(const PairLayout& l, const TrimulOperands& o, void* stream) {
-  if (empty(l)) return;
-  dispatch(l, [&](auto t) {
+  run(l, stream, [&](auto t, cudaStream_t s) {
     using T = decltype(t);
-    rows_to_channels_kernel<T, true><<<grid(l, o.c_gate > 0 ? 3 : 2, o.c_gate), kThreads, 0,
-                                       static_cast<cudaStream_t>(stream)>>>(
+    rows_to_channels_kernel<T, true><<<grid(l, o.c_gate > 0 ? 3 : 2, o.c_gate), kThreads, 0, s>>>(
         l, static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.a), static_cast<T*>(o.b),
         static_cast<T*>(o.gate), o.c_gate);
   });
-  MF_CUDA_CHECK(cudaGetLastError());
 }
 
 void trimul_operands_backward(const PairLayout& l, const TrimulOperands& o, void* stream) {
-  if (empty(l)) return;
-  dispatch(l, [&](auto t) {
+  run(l, stream, [&](auto t, cudaStream_t s) {
     using T = decltype(t);
-    channels_to_rows_kernel<T, true><<<grid(l, o.c_gate > 0 ? 3 : 2, o.c_gate), kThreads, 0,
-                                       static_cast<cudaStream_t>(stream)>>>(
+    channels_to_rows_kernel<T, true><<<grid(l, o.c_gate > 0 ? 3 : 2, o.c_gate), kThreads, 0, s>>>(
         l, static_cast<const T*>(o.a), static_cast<const T*>(o.b), static_cast<const T*>(o.gate), o.c_gate,
         static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.dproj), 4 * l.c + o.c_gate);
   });
-  MF_CUDA_CHECK(cudaGetLastError());
 }
 
 void channels_to_rows(const PairLayout& l, const void* src, void* dst, void* stream) {
-  if (empty(l)) return;
-  dispatch(l, [&](auto t) {
+  run(l, stream, [&](auto t, cudaStream_t s) {
     using T = decltype(t);
-    channels_to_rows_kernel<T, false><<<grid(l, 1), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+    channels_to_rows_kernel<T, false><<<grid(l, 1), kThreads, 0, s>>>(
         l, static_cast<const T*>(src), nullptr, nullptr, 0, nullptr, 0, nullptr, static_cast<T*>(dst), l.c);
   });
-  MF_CUDA_CHECK(cudaGetLastError());
 }
 
 void rows_to_channels(const PairLayout& l, const void* src, void* dst, void* stream) {
-  if (empty(l)) return;
-  dispatch(l, [&](auto t) {
+  run(l, stream, [&](auto t, cudaStream_t s) {
     using T = decltype(t);
-    rows_to_channels_kernel<T, false><<<grid(l, 1), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+    rows_to_channels_kernel<T, false><<<grid(l, 1), kThreads, 0, s>>>(
         l, static_cast<const T*>(src), l.c, nullptr, static_cast<T*>(dst), nullptr, nullptr, 0);
   });
-  MF_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace megafold::ops::cuda
