@@ -52,3 +52,27 @@ def test_a_bad_launch_variable_is_named(megafold_bin, source_dir, tmp_path):
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "RANK (or SLURM_PROCID) must lie in [0, 2), got 5" in r.stderr, r.stderr
+
+
+def test_a_checkpoint_resumes_at_another_world_size(megafold_bin, source_dir, tmp_path):
+    """One logical checkpoint: written by 2 ranks and resumed by 1, or written by 1 and resumed
+    by 2, the run continues exactly as an uninterrupted single process (same example on every
+    rank, and (g + g) / 2 == g, so bitwise)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(source_dir / "data/pdb/1a8o.cif.gz", data)
+    config = tmp_path / "dp.json"
+    config.write_text(json.dumps(dict(CONFIG, checkpoint_every=2)))
+
+    def train(out, *extra):
+        subprocess.run([megafold_bin, "train", "--config", str(config), "--data", str(data), "--out", str(out),
+                        "--quiet", *extra], check=True, timeout=300)
+
+    train(tmp_path / "whole")
+    whole = train_rows(tmp_path / "whole")
+    for name, first, second in (("2to1", ["--nproc", "2"], []), ("1to2", [], ["--nproc", "2"])):
+        out = tmp_path / name
+        train(out, "--steps", "2", *first)
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002.pt"]
+        train(out, "--resume", *second)
+        assert train_rows(out) == whole, name
