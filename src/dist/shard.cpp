@@ -12,23 +12,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The shard travels through autograd's saved data as plain integers and a pointer.
-void save_shard(AutogradContext* ctx, const PairShard& s) {
-  ctx->saved_data["group"] = reinterpret_cast<int64_t>(s.group);
-  ctx->saved_data["rank"] = s.rank;
-  ctx->saved_data["ranks"] = s.ranks;
-  ctx->saved_data["rows"] = s.rows;
-}
-
-PairShard load_shard(AutogradContext* ctx) {
-  PairShard s;
-  s.group = reinterpret_cast<ProcessGroup*>(ctx->saved_data["group"].toInt());
-  s.rank = ctx->saved_data["rank"].toInt();
-  s.ranks = ctx->saved_data["ranks"].toInt();
-  s.rows = ctx->saved_data["rows"].toInt();
-  return s;
-}
-
 at::Tensor gather_rows_raw(const at::Tensor& x, const PairShard& s) {
   return at::cat(s.group->all_gather(x), 1);
 }
@@ -59,29 +42,30 @@ at::Tensor transpose_raw(const at::Tensor& x, const PairShard& s) {
   return got.transpose(2, 3).movedim(0, 2).reshape(shape);
 }
 
-struct GatherRows : public torch::autograd::Function<GatherRows> {
+// A collective as an autograd function: kForward on the way in, kBackward on the gradient.
+// The shard travels through autograd as plain integers and the group's address.
+using Collective = at::Tensor (*)(const at::Tensor&, const PairShard&);
+template <Collective kForward, Collective kBackward>
+struct ShardCollective : public torch::autograd::Function<ShardCollective<kForward, kBackward>> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t rank,
                                int64_t ranks, int64_t rows) {
-    const PairShard s{reinterpret_cast<ProcessGroup*>(group), rank, ranks, rows};
-    save_shard(ctx, s);
-    return {gather_rows_raw(x, s)};
+    ctx->saved_data["shard"] = std::vector<int64_t>{group, rank, ranks, rows};
+    return {kForward(x, {reinterpret_cast<ProcessGroup*>(group), rank, ranks, rows})};
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {scatter_sum_rows(g[0], load_shard(ctx)), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const std::vector<int64_t> v = ctx->saved_data["shard"].toIntVector();
+    return {kBackward(g[0], {reinterpret_cast<ProcessGroup*>(v[0]), v[1], v[2], v[3]}), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+  static at::Tensor apply_to(const at::Tensor& x, const PairShard& s) {
+    return ShardCollective::apply(x, reinterpret_cast<int64_t>(s.group), s.rank, s.ranks, s.rows)[0];
   }
 };
 
-struct TransposeShards : public torch::autograd::Function<TransposeShards> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t rank,
-                               int64_t ranks, int64_t rows) {
-    const PairShard s{reinterpret_cast<ProcessGroup*>(group), rank, ranks, rows};
-    save_shard(ctx, s);
-    return {transpose_raw(x, s)};
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {transpose_raw(g[0], load_shard(ctx)), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
+// Backward of the gather: each rank's share of the gradient goes back to it, summed.
+using GatherRows = ShardCollective<gather_rows_raw, scatter_sum_rows>;
+// The shard transpose is its own inverse.
+using TransposeShards = ShardCollective<transpose_raw, transpose_raw>;
 
 }  // namespace
 
@@ -93,12 +77,12 @@ PairShard make_pair_shard(ProcessGroup& group, int64_t n_tokens) {
 
 at::Tensor gather_rows(const at::Tensor& x, const PairShard& s) {
   if (!s.sharded()) return x;
-  return GatherRows::apply(x, reinterpret_cast<int64_t>(s.group), s.rank, s.ranks, s.rows)[0];
+  return GatherRows::apply_to(x, s);
 }
 
 at::Tensor transpose_shards(const at::Tensor& x, const PairShard& s) {
   if (!s.sharded()) return x.transpose(1, 2);
-  return TransposeShards::apply(x, reinterpret_cast<int64_t>(s.group), s.rank, s.ranks, s.rows)[0];
+  return TransposeShards::apply_to(x, s);
 }
 
 at::Tensor local_rows(const at::Tensor& full, const PairShard& s) {
