@@ -8,10 +8,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "ops/cuda_binding.h"
 #include "ops/layernorm_linear/layernorm_linear.h"
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
 
@@ -20,12 +20,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-cuda::DType kernel_dtype(at::ScalarType t) {
-  return t == at::kHalf ? cuda::DType::kFloat16 : t == at::kBFloat16 ? cuda::DType::kBFloat16 : cuda::DType::kFloat32;
-}
-
-bool is_16bit(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 // The dtype the products run in, as the reference would pick it; kFloat when the kernels do
 // not apply.
@@ -37,13 +31,7 @@ at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weight) {
   return x.scalar_type() == weight.scalar_type() && is_16bit(x.scalar_type()) ? x.scalar_type() : at::kFloat;
 }
 
-void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
-// 16-byte aligned rows for the kernels' vector loads: a copy only for unusual views.
-at::Tensor kernel_rows(const at::Tensor& t, at::ScalarType type) {
-  at::Tensor r = t.to(type).contiguous();
-  return reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0 ? r : r.clone();
-}
+at::Tensor kernel_rows(const at::Tensor& t, at::ScalarType type) { return aligned_rows(t.to(type)); }
 
 cuda::LayerNormLinearParams make_params(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
                                         const at::Tensor& w, const at::Tensor& bias, const at::Tensor& mean,

@@ -4,10 +4,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "ops/cuda_binding.h"
 #include "ops/swiglu_transition/swiglu_cuda.h"
 #include "ops/swiglu_transition/swiglu_transition.h"
 
@@ -17,17 +17,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
-// Contiguous, 16-byte aligned rows for the kernels' vector accesses: a copy only for unusual views.
-at::Tensor kernel_rows(const at::Tensor& t) {
-  at::Tensor r = t.contiguous();
-  return reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0 ? r : r.clone();
-}
-
 cuda::SwigluParams params(const at::Tensor& ab) {
   cuda::SwigluParams p{};
-  p.dtype = ab.scalar_type() == at::kHalf ? cuda::DType::kFloat16 : cuda::DType::kBFloat16;
+  p.dtype = kernel_dtype(ab.scalar_type());
   p.h = ab.size(-1) / 2;
   p.M = p.h == 0 ? 0 : ab.numel() / (2 * p.h);
   p.ab = ab.data_ptr();
@@ -37,7 +29,7 @@ cuda::SwigluParams params(const at::Tensor& ab) {
 struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& ab_in) {
     const c10::cuda::CUDAGuard guard(ab_in.device());
-    const at::Tensor ab = kernel_rows(ab_in);
+    const at::Tensor ab = aligned_rows(ab_in);
     std::vector<int64_t> shape = ab.sizes().vec();
     shape.back() /= 2;
     const at::Tensor out = at::empty(shape, ab.options());
@@ -52,7 +44,7 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const at::Tensor ab = ctx->get_saved_variables()[0];
     const c10::cuda::CUDAGuard guard(ab.device());
     if (!grads[0].defined()) return {at::zeros_like(ab)};
-    const at::Tensor dh = kernel_rows(grads[0].to(ab.scalar_type()));
+    const at::Tensor dh = aligned_rows(grads[0].to(ab.scalar_type()));
     const at::Tensor dab = at::empty(ab.sizes(), ab.options());
     cuda::SwigluParams p = params(ab);
     p.dh = dh.data_ptr();
@@ -63,8 +55,7 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 };
 
 at::Tensor swiglu_cuda(const at::Tensor& ab) {
-  const bool kernel_types = ab.scalar_type() == at::kHalf || ab.scalar_type() == at::kBFloat16;
-  if (!kernel_types || ab.dim() < 1 || ab.size(-1) % 2 != 0) return swiglu_ref(ab);
+  if (!is_16bit(ab.scalar_type()) || ab.dim() < 1 || ab.size(-1) % 2 != 0) return swiglu_ref(ab);
   return SwigluFunction::apply(ab)[0];
 }
 

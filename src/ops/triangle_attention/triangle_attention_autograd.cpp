@@ -11,12 +11,12 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <cmath>
 
+#include "ops/cuda_binding.h"
 #include "ops/triangle_attention/triangle_attention.h"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
 
@@ -25,14 +25,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-cuda::DType dtype_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kHalf: return cuda::DType::kFloat16;
-    case at::kBFloat16: return cuda::DType::kBFloat16;
-    default: return cuda::DType::kFloat32;
-  }
-}
 
 void copy_strides(const at::Tensor& t, int64_t* out) {
   for (int64_t i = 0; i < t.dim(); ++i) out[i] = t.stride(i);
@@ -49,7 +41,7 @@ cuda::TriangleAttentionParams make_params(const at::Tensor& q, const at::Tensor&
                                           const at::Tensor& v, const at::Tensor& bias,
                                           const at::Tensor& mask, const at::Tensor& gate) {
   cuda::TriangleAttentionParams p{};
-  p.dtype = dtype_of(q);
+  p.dtype = kernel_dtype(q.scalar_type());
   p.B = q.size(0), p.R = q.size(1), p.N = q.size(2), p.H = q.size(3), p.d = q.size(4);
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.d)));
   p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr();
@@ -63,10 +55,6 @@ cuda::TriangleAttentionParams make_params(const at::Tensor& q, const at::Tensor&
   if (bias.defined()) p.bias = bias.data_ptr();
   if (mask.defined()) p.mask = mask.data_ptr<float>();
   return p;
-}
-
-void* current_stream(const at::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
 
 at::Tensor dense_like(const at::Tensor& t) {

@@ -12,11 +12,10 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#include "ops/kernel_dtype.h"
+#include "ops/cuda_binding.h"
 #include "ops/triangle_multiplication/triangle_multiplication.h"
 #include "ops/triangle_multiplication/triangle_multiplication_cuda.h"
 
@@ -26,14 +25,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool is_16bit(const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; }
-
-void* current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
 // [B, I, J, c] pair tensor -> the kernels' layout description.
 cuda::PairLayout pair_layout(const at::Tensor& t) {
-  return {t.scalar_type() == at::kHalf ? cuda::DType::kFloat16 : cuda::DType::kBFloat16, t.size(0),
-          t.size(1) * t.size(2), t.size(3)};
+  return {kernel_dtype(t.scalar_type()), t.size(0), t.size(1) * t.size(2), t.size(3)};
 }
 
 // The channel-major [B, c, I, J] memory behind a [B, I, J, c] tensor (free when it is laid out
@@ -122,7 +116,7 @@ struct ContractFunction : public torch::autograd::Function<ContractFunction> {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& proj, const std::optional<at::Tensor>& mask,
                                                              int64_t c) {
-  if (!is_16bit(proj) || proj.dim() != 4 || c < 1 || proj.size(3) < 4 * c)
+  if (!is_16bit(proj.scalar_type()) || proj.dim() != 4 || c < 1 || proj.size(3) < 4 * c)
     return triangle_multiplication_operands_ref(proj, mask, c);
   const bool has_mask = mask.has_value() && mask->defined();
   // The kernels read one mask value per pair; a broadcasting mask takes the reference.
@@ -132,7 +126,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& p
 }
 
 at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {
-  if (!is_16bit(a) || a.scalar_type() != b.scalar_type() || a.dim() != 4 || b.dim() != 4)
+  if (!is_16bit(a.scalar_type()) || a.scalar_type() != b.scalar_type() || a.dim() != 4 || b.dim() != 4)
     return triangle_multiplication_contract_ref(a, b);
   TORCH_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(2) && a.size(3) == b.size(3),
               "triangle_multiplication: operands ", a.sizes(), " and ", b.sizes(), " do not contract");
