@@ -16,7 +16,7 @@
 
 #include "cli/args.h"
 #include "core/check.h"
-#include "model/autocast.h"
+#include "core/autocast.h"
 #include "model/pairformer.h"
 #include "ops/reference_mode.h"
 #include "train/device.h"
@@ -76,7 +76,7 @@ int block_main(const std::vector<std::string>& argv) {
     const auto t0 = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point t1;
     {
-      const model::AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
+      const AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
       const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, step,
                                                                  pair_path == "rows" ? &one_rank : nullptr);
       train::synchronize(device);

@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "data/features.h"
 #include "data/reference_atoms.h"
-#include "model/autocast.h"
+#include "core/autocast.h"
 #include "model/scoring.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
@@ -42,7 +42,7 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
   const data::Batch batch = data::make_batch({&e}, {{}}, 0, {cfg_.data.msa_rows, seed}).to(device_);
   model::Prediction p;
   {
-    model::AutocastScope ac(at::kCUDA, autocast_, at::kBFloat16);
+    AutocastScope ac(at::kCUDA, autocast_, at::kBFloat16);
     const model::TrunkOutput out = model_->forward(batch, 0);
     p = model_->predict(batch, out, samples, seed);
   }

@@ -3,7 +3,7 @@
 #include <torch/autograd.h>
 
 #include "core/check.h"
-#include "model/autocast.h"
+#include "core/autocast.h"
 
 namespace megafold::model {
 namespace {

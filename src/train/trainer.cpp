@@ -25,7 +25,7 @@
 #include "data/features.h"
 #include "data/loader.h"
 #include "dist/process_group.h"
-#include "model/autocast.h"
+#include "core/autocast.h"
 #include "model/model.h"
 #include "model/scoring.h"
 #include "train/checkpoint.h"
@@ -108,7 +108,7 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
     const data::Batch batch =
         data::make_batch({&e}, {crop}, 0, {cfg.data.msa_rows, mix_seed(kValidationSalt ^ kMsaSalt, fnv1a32(e.name))})
             .to(device);
-    model::AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
+    AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
     const model::TrunkOutput out = model->forward(batch, 0);
     const model::DistogramMetrics m =
         model::distogram_loss(out.distogram_logits, batch.rep_coords,
@@ -293,7 +293,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
 
     model::Losses loss;
     {
-      model::AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
+      AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
       // AF3 trains with 1..N_cycle trunk passes, drawn per step.
       const int64_t cycles = 1 + static_cast<int64_t>(mix_seed(cfg.seed ^ kRecycleSalt, step) %
                                                       static_cast<uint64_t>(cfg.model.recycles));

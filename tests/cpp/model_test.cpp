@@ -7,7 +7,7 @@
 
 #include "data/features.h"
 #include "data/structure.h"
-#include "model/autocast.h"
+#include "core/autocast.h"
 #include "model/heads.h"
 #include "model/model.h"
 #include "testing.h"

@@ -6,7 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 
-#include "model/autocast.h"
+#include "core/autocast.h"
 #include "ops/layernorm_linear/layernorm_linear.h"
 #include "ops/reference_mode.h"
 #include "testing.h"
@@ -29,7 +29,7 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& in, const at::Tensor&
   const std::optional<at::Tensor> bias = x[4].defined() ? std::optional(x[4]) : std::nullopt;
   at::Tensor out;
   {
-    const model::AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+    const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
     out = reference ? layernorm_linear_ref(x[0], x[1], x[2], x[3], bias) : layernorm_linear(x[0], x[1], x[2], x[3], bias);
   }
   out.backward(grad.to(out.scalar_type()));

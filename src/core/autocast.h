@@ -5,7 +5,7 @@
 // copies of old weights. Scopes nest (the trainer's forward, a recomputation in backward).
 #include <ATen/autocast_mode.h>
 
-namespace megafold::model {
+namespace megafold {
 
 class AutocastScope {
  public:
@@ -31,4 +31,4 @@ class AutocastScope {
   at::ScalarType prev_dtype_;
 };
 
-}  // namespace megafold::model
+}  // namespace megafold
