@@ -1,7 +1,7 @@
 #pragma once
 // Warp-level tensor-core pieces for sm_80+ kernels: mma.sync m16n8k16 with fp16/bf16 inputs
-// and fp32 accumulation, 16-bit scalar and pair conversions, the ldmatrix transpose load and
-// cp.async.
+// and fp32 accumulation, 16-bit scalar, pair and 8-vector conversions, the ldmatrix transpose
+// load and cp.async.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and
 // t = lane % 4; each 32-bit register holds two consecutive 16-bit elements, lower column first:
@@ -54,6 +54,26 @@ __device__ __forceinline__ float2 unpack2<__half>(uint32_t x) {
 template <>
 __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t x) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+}
+
+// kVec consecutive 16-bit values through one aligned access: a 16-byte vector for kVec = 8
+// (the address 16-byte aligned), the value itself for kVec = 1.
+template <typename T, int kVec>
+struct Pack {
+  static_assert(kVec == 1 || kVec == 8, "Pack holds 1 or 8 values");
+  T v[kVec];
+};
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> load_pack(const T* p) {
+  Pack<T, kVec> r;
+  if constexpr (kVec == 8) *reinterpret_cast<uint4*>(r.v) = *reinterpret_cast<const uint4*>(p);
+  else r.v[0] = *p;
+  return r;
+}
+template <typename T, int kVec>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, kVec>& x) {
+  if constexpr (kVec == 8) *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(x.v);
+  else *p = x.v[0];
 }
 
 // c += a * b for one 16x8x16 tile.

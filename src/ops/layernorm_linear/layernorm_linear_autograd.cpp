@@ -4,7 +4,6 @@
 // fp32 residual stream, fp32 master weights, bf16 products), giving the reference's output
 // dtype. Everything else (other widths, fp32 or float64 without autocast, odd c_out) runs the
 // ATen reference, still differentiable.
-#include <ATen/autocast_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -20,16 +19,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// The dtype the products run in, as the reference would pick it; kFloat when the kernels do
-// not apply.
-at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weight) {
-  if (at::autocast::is_autocast_enabled(at::kCUDA)) {
-    const at::ScalarType t = at::autocast::get_autocast_dtype(at::kCUDA);
-    return x.scalar_type() == at::kFloat || x.scalar_type() == t ? t : at::kFloat;
-  }
-  return x.scalar_type() == weight.scalar_type() && is_16bit(x.scalar_type()) ? x.scalar_type() : at::kFloat;
-}
 
 at::Tensor kernel_rows(const at::Tensor& t, at::ScalarType type) { return aligned_rows(t.to(type)); }
 

@@ -18,25 +18,10 @@ namespace {
 constexpr int kThreads = 256;
 
 using mma::from_float;
+using mma::load_pack;
+using mma::Pack;
+using mma::store_pack;
 using mma::to_float;
-
-// kVec consecutive 16-bit values through one aligned access (uint4 for 8, the value itself for 1).
-template <typename T, int kVec>
-struct Pack {
-  T v[kVec];
-};
-template <typename T, int kVec>
-__device__ __forceinline__ Pack<T, kVec> load(const T* p) {
-  Pack<T, kVec> r;
-  if constexpr (kVec == 8) *reinterpret_cast<uint4*>(r.v) = *reinterpret_cast<const uint4*>(p);
-  else r.v[0] = *p;
-  return r;
-}
-template <typename T, int kVec>
-__device__ __forceinline__ void store(T* p, const Pack<T, kVec>& x) {
-  if constexpr (kVec == 8) *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(x.v);
-  else *p = x.v[0];
-}
 
 template <typename T, int kVec, bool kBackward>
 __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) {
@@ -45,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
     const int64_t row = i / groups, col = (i - row * groups) * kVec;
     const T* ab_row = ab + row * 2 * p.h;
-    const Pack<T, kVec> a = load<T, kVec>(ab_row + col), b = load<T, kVec>(ab_row + p.h + col);
+    const Pack<T, kVec> a = load_pack<T, kVec>(ab_row + col), b = load_pack<T, kVec>(ab_row + p.h + col);
     if constexpr (!kBackward) {
       Pack<T, kVec> out;
 #pragma unroll
@@ -53,9 +38,9 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
         const float x = to_float(a.v[k]);
         out.v[k] = from_float<T>(x / (1.0f + __expf(-x)) * to_float(b.v[k]));
       }
-      store<T, kVec>(static_cast<T*>(p.out) + row * p.h + col, out);
+      store_pack<T, kVec>(static_cast<T*>(p.out) + row * p.h + col, out);
     } else {
-      const Pack<T, kVec> dh = load<T, kVec>(static_cast<const T*>(p.dh) + row * p.h + col);
+      const Pack<T, kVec> dh = load_pack<T, kVec>(static_cast<const T*>(p.dh) + row * p.h + col);
       Pack<T, kVec> da, db;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
@@ -65,8 +50,8 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
         db.v[k] = from_float<T>(g * x * s);
       }
       T* out_row = static_cast<T*>(p.out) + row * 2 * p.h;
-      store<T, kVec>(out_row + col, da);
-      store<T, kVec>(out_row + p.h + col, db);
+      store_pack<T, kVec>(out_row + col, da);
+      store_pack<T, kVec>(out_row + p.h + col, db);
     }
   }
 }

@@ -10,6 +10,7 @@ namespace megafold::ops {
 at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
                              const at::Tensor& ln_bias, const at::Tensor& w_in,
                              const at::Tensor& w_out) {
+  if (reference_only()) return swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out);
   static const auto handle = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("megafold::swiglu_transition", "")
                                  .typed<decltype(swiglu_transition)>();

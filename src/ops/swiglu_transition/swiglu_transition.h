@@ -8,7 +8,10 @@
 //   w_in       [2*h, c]   rows [0, h) project to a, rows [h, 2h) to b (h = n*c, AF3 n = 4)
 //   w_out      [c, h]
 //   returns    [..., c]   the update; the caller adds the residual.
-// Registered as torch.ops.megafold.swiglu_transition.
+// Registered as torch.ops.megafold.swiglu_transition. On CUDA with c = 128 or 384 and 16-bit
+// products (16-bit inputs, or autocast) one fused kernel computes the forward with a, b and
+// the hidden layer kept on chip (swiglu_transition_mma.cu); backward recomputes them with the
+// LayerNorm+Linear and swiglu kernels. Anything else runs the reference.
 #include <ATen/core/Tensor.h>
 
 namespace megafold::ops {
@@ -21,6 +24,11 @@ at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
 // (torch.ops.megafold.swiglu) with a fused CUDA kernel for 16-bit tensors.
 at::Tensor swiglu(const at::Tensor& ab);
 at::Tensor swiglu_ref(const at::Tensor& ab);
+
+// Shape, dtype and device checks shared by the reference and the CUDA path.
+void check_swiglu_transition_args(const at::Tensor& x, const at::Tensor& ln_weight,
+                                  const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                  const at::Tensor& w_out);
 
 at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weight,
                                  const at::Tensor& ln_bias, const at::Tensor& w_in,

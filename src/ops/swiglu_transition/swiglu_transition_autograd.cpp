@@ -1,15 +1,23 @@
-// CUDA binding of the transition's gated activation (swiglu, AutogradCUDA and CUDA keys):
-// 16-bit ab through swiglu_gate.cu, anything else through the ATen reference. Under autocast
-// ab already comes in the product dtype from the projection before it.
+// CUDA bindings of the SwiGLU transition (AutogradCUDA and CUDA keys):
+//   swiglu_transition  the fused forward (swiglu_transition_mma.cu) for c = 128 / 384 with
+//                      16-bit products; backward recomputes a, b and the hidden layer through
+//                      the LayerNorm+Linear and swiglu kernels and differentiates them.
+//   swiglu             16-bit ab through swiglu_gate.cu. Under autocast ab already comes in the
+//                      product dtype from the projection before it.
+// Anything else runs the ATen reference.
 #include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "core/autocast.h"
 #include "ops/cuda_binding.h"
+#include "ops/layernorm_linear/layernorm_linear.h"
 #include "ops/swiglu_transition/swiglu_cuda.h"
 #include "ops/swiglu_transition/swiglu_transition.h"
+#include "ops/swiglu_transition/swiglu_transition_cuda.h"
 
 namespace megafold::ops {
 namespace {
@@ -54,6 +62,85 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
+// Inputs: x, ln_weight, ln_bias, w_in, w_out, then the product dtype. Saves only the inputs:
+// the 2h-wide projection and the h-wide hidden layer exist in backward alone.
+struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransitionFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& ln_weight,
+                               const at::Tensor& ln_bias, const at::Tensor& w_in, const at::Tensor& w_out,
+                               int64_t product) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto type = static_cast<at::ScalarType>(product);
+    const at::Tensor x_ = aligned_rows(x.scalar_type() == at::kFloat ? x : x.to(type));
+    const at::Tensor w_in_ = aligned_rows(w_in.to(type)), w_out_ = aligned_rows(w_out.to(type));
+    const at::Tensor ln_w = ln_weight.to(at::kFloat).contiguous(), ln_b = ln_bias.to(at::kFloat).contiguous();
+    const at::Tensor y = at::empty(x.sizes(), x.options().dtype(type));  // [..., c]
+    cuda::SwigluTransitionParams p{};
+    p.x_dtype = kernel_dtype(x_.scalar_type());
+    p.dtype = kernel_dtype(type);
+    p.c = x.size(-1);
+    p.h = w_out.size(1);
+    p.M = x.numel() / p.c;
+    p.eps = static_cast<float>(kLayerNormEps);
+    p.x = x_.data_ptr();
+    p.ln_w = ln_w.data_ptr<float>();
+    p.ln_b = ln_b.data_ptr<float>();
+    p.w_in = w_in_.data_ptr();
+    p.w_out = w_out_.data_ptr();
+    p.y = y.data_ptr();
+    cuda::swiglu_transition_forward(p, current_stream(x));
+    ctx->save_for_backward({x, ln_weight, ln_bias, w_in, w_out});
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(at::kCUDA);
+    ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(at::kCUDA);
+    ctx->saved_data["product"] = product;
+    return {y};
+  }
+
+  // h = swiglu(layernorm_linear(x)) again, under the forward's autocast state so the same
+  // kernels run; then dh = dy @ w_out and dw_out = dy^T h in the product dtype (as the
+  // reference's linear differentiates), and autograd through h for the rest.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const variable_list saved = ctx->get_saved_variables();
+    const c10::cuda::CUDAGuard guard(saved[0].device());
+    const auto type = static_cast<at::ScalarType>(ctx->saved_data["product"].toInt());
+    variable_list in;
+    for (size_t i = 0; i < 4; ++i) in.push_back(saved[i].detach().requires_grad_(ctx->needs_input_grad(i)));
+    const at::Tensor& w_out = saved[4];
+    at::Tensor h;
+    {
+      at::AutoGradMode grad_on(true);
+      const AutocastScope autocast(at::kCUDA, ctx->saved_data["autocast"].toBool(),
+                                   ctx->saved_data["autocast_dtype"].toScalarType());
+      h = swiglu(layernorm_linear(in[0], in[1], in[2], in[3], std::nullopt));  // [..., h]
+    }
+    const at::Tensor dy = grad_out[0].to(type);        // [..., c]
+    const at::Tensor w_out_ = w_out.to(type);          // [c, h]
+    variable_list result(6);
+    if (ctx->needs_input_grad(4)) {
+      const int64_t c = w_out.size(0), hidden = w_out.size(1);
+      result[4] = at::matmul(dy.reshape({-1, c}).t(), h.detach().reshape({-1, hidden})).to(w_out.scalar_type());
+    }
+    variable_list wanted;
+    for (size_t i = 0; i < 4; ++i)
+      if (ctx->needs_input_grad(i)) wanted.push_back(in[i]);
+    if (wanted.empty()) return result;
+    const variable_list g = torch::autograd::grad({h}, wanted, {at::matmul(dy, w_out_)});
+    for (size_t i = 0, k = 0; i < 4; ++i)
+      if (ctx->needs_input_grad(i)) result[i] = g[k++];
+    return result;
+  }
+};
+
+at::Tensor swiglu_transition_cuda(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
+                                  const at::Tensor& w_in, const at::Tensor& w_out) {
+  check_swiglu_transition_args(x, ln_weight, ln_bias, w_in, w_out);
+  const int64_t c = x.size(-1);
+  const at::ScalarType type = product_dtype(x, w_in);
+  if (!cuda::swiglu_transition_fused_width(c) || w_out.size(1) % cuda::swiglu_transition_hidden_multiple(c) != 0 ||
+      !is_16bit(type))
+    return swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out);
+  return SwigluTransitionFunction::apply(x, ln_weight, ln_bias, w_in, w_out, static_cast<int64_t>(type))[0];
+}
+
 at::Tensor swiglu_cuda(const at::Tensor& ab) {
   if (!is_16bit(ab.scalar_type()) || ab.dim() < 1 || ab.size(-1) % 2 != 0) return swiglu_ref(ab);
   return SwigluFunction::apply(ab)[0];
@@ -62,5 +149,11 @@ at::Tensor swiglu_cuda(const at::Tensor& ab) {
 }  // namespace
 }  // namespace megafold::ops
 
-TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) { m.impl("swiglu", &megafold::ops::swiglu_cuda); }
-TORCH_LIBRARY_IMPL(megafold, CUDA, m) { m.impl("swiglu", &megafold::ops::swiglu_cuda); }
+TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
+  m.impl("swiglu_transition", &megafold::ops::swiglu_transition_cuda);
+  m.impl("swiglu", &megafold::ops::swiglu_cuda);
+}
+TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
+  m.impl("swiglu_transition", &megafold::ops::swiglu_transition_cuda);
+  m.impl("swiglu", &megafold::ops::swiglu_cuda);
+}

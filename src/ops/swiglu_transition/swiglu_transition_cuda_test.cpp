@@ -1,15 +1,17 @@
-// CUDA path of swiglu_transition (LayerNorm+Linear kernels where c = 128, the fused gated
-// activation, cuBLAS for the output projection) against the float64 reference (runs on a GPU
-// host; skipped elsewhere): the update and every gradient (x, LayerNorm scale and shift, w_in,
-// w_out) at most ~2x as far from float64 as the reference in the same precision, for the pair
-// (c = 128) and single (c = 384) widths under autocast, 16-bit inputs, and a hidden width that
-// takes the scalar path; repeated backward bitwise equal.
+// CUDA path of swiglu_transition (the fused forward for c = 128 / 384; backward through the
+// LayerNorm+Linear and swiglu kernels) against the float64 reference (runs on a GPU host;
+// skipped elsewhere): the update and every gradient (x, LayerNorm scale and shift, w_in, w_out)
+// at most ~2x as far from float64 as the reference in the same precision, for the pair
+// (c = 128, N^2 rows up to N = 384) and single (c = 384) widths under autocast, 16-bit inputs,
+// constant rows (zero variance), and hidden widths the fused kernel does not take; repeated
+// backward bitwise equal. The forward's extra memory stays below half the hidden layer's size.
 #include <ATen/Context.h>
 
-#include "model/autocast.h"
+#include "core/autocast.h"
 #include "ops/reference_mode.h"
 #include "ops/swiglu_transition/swiglu_transition.h"
 #include "testing.h"
+#include "train/device.h"
 
 namespace megafold::ops {
 namespace {
@@ -27,7 +29,7 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& in, const at::Tensor&
   set_reference_only(reference);
   at::Tensor out;
   {
-    const model::AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+    const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
     out = swiglu_transition(x[0], x[1], x[2], x[3], x[4]);
   }
   out.backward(grad.to(out.scalar_type()));
@@ -42,7 +44,9 @@ void check_case(const Case& c) {
   SCOPED_TRACE("rows=" + std::to_string(c.rows) + " c=" + std::to_string(c.c) + " h=" + std::to_string(c.h) + " " +
                (autocast ? "fp32 under bf16 autocast" : c10::toString(c.dtype)));
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
-  const std::vector<at::Tensor> in = {at::randn({c.rows, c.c}, o) * 2 + 0.3, 1 + 0.3 * at::randn({c.c}, o),
+  at::Tensor x = at::randn({c.rows, c.c}, o) * 2 + 0.3;
+  x.narrow(0, 0, std::min<int64_t>(c.rows, 3)).fill_(0.7);  // constant rows: LayerNorm gives ln_b
+  const std::vector<at::Tensor> in = {x, 1 + 0.3 * at::randn({c.c}, o),
                                       0.3 * at::randn({c.c}, o), at::randn({2 * c.h, c.c}, o) / std::sqrt(double(c.c)),
                                       at::randn({c.c, c.h}, o) / std::sqrt(double(c.h))};
   const at::Tensor grad = at::randn({c.rows, c.c}, o);
@@ -62,15 +66,47 @@ class SwigluTransitionCuda : public ::testing::Test {
 };
 
 TEST_F(SwigluTransitionCuda, PairAndSingleWidthsUnderAutocast) {
-  for (int64_t rows : {1, 37 * 37, 131 * 131}) check_case({rows, 128, 512, at::kFloat});
+  for (int64_t n : {1, 37, 131, 384}) check_case({n * n, 128, 512, at::kFloat});
   check_case({509, 384, 1536, at::kFloat});
+  check_case({1, 384, 1536, at::kFloat});
 }
 
-TEST_F(SwigluTransitionCuda, SixteenBitInputsAndScalarWidths) {
+TEST_F(SwigluTransitionCuda, SixteenBitInputsAndUnfusedWidths) {
   for (at::ScalarType t : {at::kBFloat16, at::kHalf}) {
     check_case({37 * 37, 128, 512, t});
-    check_case({101, 24, 12, t});  // h not a multiple of 8: one feature per thread
+    check_case({131, 384, 1536, t});
+    check_case({131, 128, 40, t});  // hidden width not a chunk multiple: unfused kernels
+    check_case({101, 24, 12, t});   // h not a multiple of 8: one feature per thread in swiglu
   }
+}
+
+// The fused forward allocates its output (and 16-bit weight copies) only; the unfused
+// composition held the 2h-wide projection and the h-wide hidden layer as well.
+TEST_F(SwigluTransitionCuda, ForwardKeepsTheHiddenLayerOnChip) {
+  const int64_t rows = 131 * 131, c = 128, h = 512;
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const at::Tensor x = at::randn({rows, c}, o).requires_grad_(true);
+  const at::Tensor ln_w = at::ones({c}, o).requires_grad_(true), ln_b = at::zeros({c}, o).requires_grad_(true);
+  const at::Tensor w_in = (at::randn({2 * h, c}, o) / std::sqrt(double(c))).requires_grad_(true);
+  const at::Tensor w_out = (at::randn({c, h}, o) / std::sqrt(double(h))).requires_grad_(true);
+  const c10::Device dev = x.device();
+  auto forward_extra_bytes = [&](bool reference) {
+    set_reference_only(reference);
+    train::synchronize(dev);
+    train::reset_peak_memory(dev);
+    const double base = train::peak_memory_gb(dev);
+    at::Tensor out;
+    {
+      const AutocastScope scope(at::kCUDA, true, at::kBFloat16);
+      out = swiglu_transition(x, ln_w, ln_b, w_in, w_out);
+    }
+    train::synchronize(dev);
+    set_reference_only(false);
+    return (train::peak_memory_gb(dev) - base) * 1e9;
+  };
+  const double hidden_bytes = double(rows) * h * 2;
+  EXPECT_LT(forward_extra_bytes(false), hidden_bytes / 2);
+  EXPECT_GT(forward_extra_bytes(true), 3 * hidden_bytes);  // the check can see the difference
 }
 
 }  // namespace

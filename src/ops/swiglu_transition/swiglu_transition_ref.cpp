@@ -9,9 +9,9 @@
 
 namespace megafold::ops {
 
-at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weight,
-                                 const at::Tensor& ln_bias, const at::Tensor& w_in,
-                                 const at::Tensor& w_out) {
+void check_swiglu_transition_args(const at::Tensor& x, const at::Tensor& ln_weight,
+                                  const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                  const at::Tensor& w_out) {
   constexpr const char* op = "swiglu_transition";
   if (x.dim() < 1) detail::fail(op, "argument 'x' must have at least 1 dim");
   const int64_t c = x.size(-1);
@@ -21,9 +21,14 @@ at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weigh
   if (w_in.size(0) % 2 != 0)
     detail::fail(op, "argument 'w_in' must have an even number of rows (a and b halves), got " +
                          std::to_string(w_in.size(0)));
-  const int64_t h = w_in.size(0) / 2;
-  detail::check_shape(op, "w_out", w_out, {c, h});
+  detail::check_shape(op, "w_out", w_out, {c, w_in.size(0) / 2});
   detail::check_float_like(op, "x", x, x);
+}
+
+at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weight,
+                                 const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                 const at::Tensor& w_out) {
+  check_swiglu_transition_args(x, ln_weight, ln_bias, w_in, w_out);
   // AF3 SI Alg. 11
   // Through the dispatcher: the fused LayerNorm+Linear kernels serve c = 128 on a GPU.
   const at::Tensor ab = layernorm_linear(x, ln_weight, ln_bias, w_in, std::nullopt);  // [..., 2h]
