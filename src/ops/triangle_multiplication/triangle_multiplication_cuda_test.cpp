@@ -6,7 +6,7 @@
 // partial channel tiles; repeated backward bitwise equal.
 #include <ATen/Context.h>
 
-#include "model/autocast.h"
+#include "core/autocast.h"
 #include "ops/reference_mode.h"
 #include "ops/triangle_multiplication/triangle_multiplication.h"
 #include "testing.h"
@@ -30,7 +30,7 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& in, const at::Tensor&
   set_reference_only(reference);
   at::Tensor out;
   {
-    const model::AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+    const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
     out = triangle_multiplication(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], outgoing);
   }
   out.backward(grad.to(out.scalar_type()));
@@ -85,27 +85,31 @@ TEST_F(TriangleMultiplicationCuda, ModelCaseUnderAutocast) {
 TEST_F(TriangleMultiplicationCuda, SixteenBitBatchesAndNarrowWidths) {
   for (at::ScalarType t : {at::kBFloat16, at::kHalf})
     for (bool outgoing : {true, false}) {
-      check_case({2, 37, 128, 128, outgoing, t});  // planes of 1369 pairs: tiles straddle the batch
+      check_case({2, 37, 128, 128, outgoing, t});  // planes of 1369 pairs: single-element layout passes
+      check_case({2, 36, 128, 40, outgoing, t});   // 16-byte layout passes, two planes, partial channel tiles
       check_case({2, 17, 16, 40, outgoing, t});    // partial channel tiles; projections on the reference
     }
 }
 
 TEST_F(TriangleMultiplicationCuda, OperandsAreChannelMajorAndContractWithoutCopies) {
-  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
-  const at::Tensor proj = at::randn({1, 37, 37, 4 * 32 + 24}, o);  // a, b, their gates, an output gate of 24
-  const auto [a, b, gate] = triangle_multiplication_operands(proj, std::nullopt, 32);
-  EXPECT_TRUE(a.permute({0, 3, 1, 2}).is_contiguous());
-  EXPECT_TRUE(b.permute({0, 3, 1, 2}).is_contiguous());
-  EXPECT_EQ(gate.sizes(), (std::vector<int64_t>{1, 37, 37, 24}));
-  const auto [a_ref, b_ref, gate_ref] = triangle_multiplication_operands_ref(proj, std::nullopt, 32);
-  // One rounding from fp32 against the reference's two or three bf16 roundings (unit
-  // roundoff 2^-8 each): within 4 units of the largest value.
-  for (const auto& [ours, ref] : {std::pair{a, a_ref}, std::pair{b, b_ref}, std::pair{gate, gate_ref}})
-    EXPECT_LE((ours.to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<float>(),
-              4 * 0.00390625f * ref.to(at::kFloat).abs().max().item<float>());
-  const at::Tensor t = triangle_multiplication_contract(a, b);
-  EXPECT_TRUE(t.is_contiguous());
-  EXPECT_TRUE(at::equal(t, triangle_multiplication_contract_ref(a, b)));
+  for (int64_t n : {37, 36}) {  // single-element and 16-byte layout passes
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+    const at::Tensor proj = at::randn({1, n, n, 4 * 32 + 24}, o);  // a, b, their gates, an output gate of 24
+    const auto [a, b, gate] = triangle_multiplication_operands(proj, std::nullopt, 32);
+    EXPECT_TRUE(a.permute({0, 3, 1, 2}).is_contiguous());
+    EXPECT_TRUE(b.permute({0, 3, 1, 2}).is_contiguous());
+    EXPECT_EQ(gate.sizes(), (std::vector<int64_t>{1, n, n, 24}));
+    const auto [a_ref, b_ref, gate_ref] = triangle_multiplication_operands_ref(proj, std::nullopt, 32);
+    // One rounding from fp32 against the reference's two or three bf16 roundings (unit
+    // roundoff 2^-8 each): within 4 units of the largest value.
+    for (const auto& [ours, ref] : {std::pair{a, a_ref}, std::pair{b, b_ref}, std::pair{gate, gate_ref}})
+      EXPECT_LE((ours.to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<float>(),
+                4 * 0.00390625f * ref.to(at::kFloat).abs().max().item<float>());
+    const at::Tensor t = triangle_multiplication_contract(a, b);
+    EXPECT_TRUE(t.is_contiguous());
+    EXPECT_TRUE(at::equal(t, triangle_multiplication_contract_ref(a, b)));
+  }
 }
 
 }  // namespace
