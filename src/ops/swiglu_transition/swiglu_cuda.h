@@ -2,7 +2,7 @@
 // The CUDA kernels' boundary for the transition's gated activation (swiglu_gate.cu):
 //   forward   h = silu(a) * b                           ab: [M, 2h] rows (a | b), h: [M, h]
 //   backward  da = dh * b * s * (1 + a * (1 - s)), db = dh * silu(a), s = sigmoid(a),
-//             written as one [M, 2h] gradient of ab
+//             written as one [M, 2h] gradient of ab; optionally h again from the same reads
 // One read and one write of each tensor, fp32 math from 16-bit storage, one rounding per value.
 #include <cstdint>
 
@@ -16,6 +16,7 @@ struct SwigluParams {
   const void* ab;  // [M, 2h] contiguous
   const void* dh;  // [M, h] contiguous (backward)
   void* out;       // forward: h [M, h]; backward: d ab [M, 2h]
+  void* h_out;     // backward, optional: h [M, h] as well (for a caller that recomputed ab)
 };
 
 void swiglu_forward(const SwigluParams& p, void* stream);

@@ -41,17 +41,19 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluParams p) 
       store_pack<T, kVec>(static_cast<T*>(p.out) + row * p.h + col, out);
     } else {
       const Pack<T, kVec> dh = load_pack<T, kVec>(static_cast<const T*>(p.dh) + row * p.h + col);
-      Pack<T, kVec> da, db;
+      Pack<T, kVec> da, db, h;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        const float x = to_float(a.v[k]), g = to_float(dh.v[k]);
+        const float x = to_float(a.v[k]), g = to_float(dh.v[k]), bk = to_float(b.v[k]);
         const float s = 1.0f / (1.0f + __expf(-x));
-        da.v[k] = from_float<T>(g * to_float(b.v[k]) * s * (1.0f + x * (1.0f - s)));
+        da.v[k] = from_float<T>(g * bk * s * (1.0f + x * (1.0f - s)));
         db.v[k] = from_float<T>(g * x * s);
+        h.v[k] = from_float<T>(x * s * bk);
       }
       T* out_row = static_cast<T*>(p.out) + row * 2 * p.h;
       store_pack<T, kVec>(out_row + col, da);
       store_pack<T, kVec>(out_row + p.h + col, db);
+      if (p.h_out != nullptr) store_pack<T, kVec>(static_cast<T*>(p.h_out) + row * p.h + col, h);
     }
   }
 }

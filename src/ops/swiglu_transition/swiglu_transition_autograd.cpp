@@ -1,7 +1,7 @@
 // CUDA bindings of the SwiGLU transition (AutogradCUDA and CUDA keys):
 //   swiglu_transition  the fused forward (swiglu_transition_mma.cu) for c = 128 / 384 with
-//                      16-bit products; backward recomputes a, b and the hidden layer through
-//                      the LayerNorm+Linear and swiglu kernels and differentiates them.
+//                      16-bit products; backward recomputes a and b with the LayerNorm+Linear
+//                      kernel, and the swiglu backward pass gives the hidden layer with d ab.
 //   swiglu             16-bit ab through swiglu_gate.cu. Under autocast ab already comes in the
 //                      product dtype from the projection before it.
 // Anything else runs the ATen reference.
@@ -95,9 +95,9 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     return {y};
   }
 
-  // h = swiglu(layernorm_linear(x)) again, under the forward's autocast state so the same
-  // kernels run; then dh = dy @ w_out and dw_out = dy^T h in the product dtype (as the
-  // reference's linear differentiates), and autograd through h for the rest.
+  // ab = layernorm_linear(x) again, under the forward's autocast state so the same kernel
+  // runs; dh = dy @ w_out; one swiglu backward pass gives d ab and h (for dw_out = dy^T h, in
+  // the product dtype as the reference's linear differentiates); autograd through ab for the rest.
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const variable_list saved = ctx->get_saved_variables();
     const c10::cuda::CUDAGuard guard(saved[0].device());
@@ -105,25 +105,31 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     variable_list in;
     for (size_t i = 0; i < 4; ++i) in.push_back(saved[i].detach().requires_grad_(ctx->needs_input_grad(i)));
     const at::Tensor& w_out = saved[4];
-    at::Tensor h;
+    const int64_t c = w_out.size(0), hidden = w_out.size(1);
+    at::Tensor ab;
     {
       at::AutoGradMode grad_on(true);
       const AutocastScope autocast(at::kCUDA, ctx->saved_data["autocast"].toBool(),
                                    ctx->saved_data["autocast_dtype"].toScalarType());
-      h = swiglu(layernorm_linear(in[0], in[1], in[2], in[3], std::nullopt));  // [..., h]
+      ab = layernorm_linear(in[0], in[1], in[2], in[3], std::nullopt);  // [..., 2h]
     }
-    const at::Tensor dy = grad_out[0].to(type);        // [..., c]
-    const at::Tensor w_out_ = w_out.to(type);          // [c, h]
+    const at::Tensor dy = grad_out[0].to(type);                              // [..., c]
+    const at::Tensor dh = aligned_rows(at::matmul(dy, w_out.to(type)));      // [..., h]
+    const at::Tensor ab_ = aligned_rows(ab.detach());
+    const at::Tensor dab = at::empty(ab_.sizes(), ab_.options()), h = at::empty(dh.sizes(), dh.options());
+    cuda::SwigluParams p = params(ab_);
+    p.dh = dh.data_ptr();
+    p.out = dab.data_ptr();
+    p.h_out = h.data_ptr();
+    cuda::swiglu_backward(p, current_stream(ab_));
     variable_list result(6);
-    if (ctx->needs_input_grad(4)) {
-      const int64_t c = w_out.size(0), hidden = w_out.size(1);
-      result[4] = at::matmul(dy.reshape({-1, c}).t(), h.detach().reshape({-1, hidden})).to(w_out.scalar_type());
-    }
+    if (ctx->needs_input_grad(4))
+      result[4] = at::matmul(dy.reshape({-1, c}).t(), h.reshape({-1, hidden})).to(w_out.scalar_type());
     variable_list wanted;
     for (size_t i = 0; i < 4; ++i)
       if (ctx->needs_input_grad(i)) wanted.push_back(in[i]);
     if (wanted.empty()) return result;
-    const variable_list g = torch::autograd::grad({h}, wanted, {at::matmul(dy, w_out_)});
+    const variable_list g = torch::autograd::grad({ab}, wanted, {dab});
     for (size_t i = 0, k = 0; i < 4; ++i)
       if (ctx->needs_input_grad(i)) result[i] = g[k++];
     return result;
