@@ -25,7 +25,14 @@ void expect_gradients_match_finite_differences(
     const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
     std::vector<at::Tensor> inputs, double eps = 1e-6);
 
-// ||out - ref64|| <= 2 * ||naive - ref64|| + atol, elementwise max norm.
+// The derived tolerance (DESIGN.md): a low-precision result may be about 2x as far from the
+// float64 reference as the same computation done naively in that precision. The claim is
+// checked on the root-mean-square error, rms(out - ref64) <= 2 rms(naive - ref64) + atol,
+// which concentrates over a tensor's elements, so fresh random inputs do not make it flaky.
+// The largest error is held to max|out - ref64| <= 4 max|naive - ref64| + atol: the max over
+// one draw is an extreme value whose spread alone crossed 2x on unchanged kernels (2.0-2.5x,
+// about one tensor in ten per H200 run), while a wrong element or tile is off by the values'
+// own scale, far beyond either bound.
 void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& naive,
                                      const at::Tensor& ref64, double atol, const char* what);
 
