@@ -4,6 +4,7 @@
 //   backward  da = dh * b * s * (1 + a * (1 - s)), db = dh * silu(a), s = sigmoid(a),
 //             written as one [M, 2h] gradient of ab; optionally h again from the same reads
 // One read and one write of each tensor, fp32 math from 16-bit storage, one rounding per value.
+// The backward may write d ab over ab (out == ab): each element is read, then written, by one thread.
 #include <cstdint>
 
 #include "ops/kernel_dtype.h"

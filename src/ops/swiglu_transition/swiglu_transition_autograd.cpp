@@ -97,7 +97,7 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
 
   // ab = layernorm_linear(x) again, under the forward's autocast state so the same kernel
   // runs; dh = dy @ w_out; one swiglu backward pass gives d ab and h (for dw_out = dy^T h, in
-  // the product dtype as the reference's linear differentiates); autograd through ab for the rest.
+  // the product dtype as the reference's linear differentiates); autograd from ab for the rest.
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const variable_list saved = ctx->get_saved_variables();
     const c10::cuda::CUDAGuard guard(saved[0].device());
@@ -113,18 +113,25 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
                                    ctx->saved_data["autocast_dtype"].toScalarType());
       ab = layernorm_linear(in[0], in[1], in[2], in[3], std::nullopt);  // [..., 2h]
     }
-    const at::Tensor dy = grad_out[0].to(type);                              // [..., c]
-    const at::Tensor dh = aligned_rows(at::matmul(dy, w_out.to(type)));      // [..., h]
-    const at::Tensor ab_ = aligned_rows(ab.detach());
-    const at::Tensor dab = at::empty(ab_.sizes(), ab_.options()), h = at::empty(dh.sizes(), dh.options());
-    cuda::SwigluParams p = params(ab_);
+    const at::Tensor dy = grad_out[0].to(type);                        // [..., c]
+    at::Tensor dh = aligned_rows(at::matmul(dy, w_out.to(type)));      // [..., h]
+    at::Tensor h = at::empty(dh.sizes(), dh.options());
+    // d ab overwrites ab in place (each element is read, then written, by one thread), and h
+    // and dh are released before the LayerNorm+Linear backward: the backward's transient
+    // stays below what the unfused op kept for it (ab, h) plus d ab. No autograd node saved
+    // ab, so overwriting it is safe; only its graph edge is used below.
+    const at::Tensor dab = ab.detach();
+    TORCH_INTERNAL_ASSERT(dab.is_contiguous() && reinterpret_cast<uintptr_t>(dab.data_ptr()) % 16 == 0);
+    cuda::SwigluParams p = params(dab);
     p.dh = dh.data_ptr();
     p.out = dab.data_ptr();
     p.h_out = h.data_ptr();
-    cuda::swiglu_backward(p, current_stream(ab_));
+    cuda::swiglu_backward(p, current_stream(dab));
+    dh.reset();
     variable_list result(6);
     if (ctx->needs_input_grad(4))
       result[4] = at::matmul(dy.reshape({-1, c}).t(), h.reshape({-1, hidden})).to(w_out.scalar_type());
+    h.reset();
     variable_list wanted;
     for (size_t i = 0; i < 4; ++i)
       if (ctx->needs_input_grad(i)) wanted.push_back(in[i]);
