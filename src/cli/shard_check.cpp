@@ -3,8 +3,11 @@
 // backward on the same random inputs, then its own rows through the sharded path, and compares
 // its rows of the output and of the input gradient, and the parameter gradients summed over
 // the ranks. float64 on CPU, dropout on. Also reports what each forward leaves allocated for
-// backward (heap bytes; the sharded one as a fraction of the unsharded, worst rank). Prints
-// one JSON line (rank 0) and fails above --tol.
+// backward (heap bytes; the sharded one as a fraction of the unsharded, worst rank). Then the
+// same for a whole Pairformer block as the trainer shards it (single track replicated, z in
+// through dist::split_rows and out through dist::join_rows): outputs, input gradients, and the
+// parameter gradients under the trainer's rule (row_parameters() summed over the ranks, the
+// rest as they are). Prints one JSON line (rank 0) and fails above --tol.
 // Under torchrun or Slurm the launcher's ranks are used; --nproc N starts N local ones.
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randn.h>
@@ -40,6 +43,15 @@ double heap_bytes() {
   return static_cast<double>(m.uordblks + m.hblkhd);
 }
 
+// float64, training mode (dropout on), random parameters: fresh modules are the identity (zero
+// output projections), so every path acts only once they are randomised.
+void randomised_float64(torch::nn::Module& m) {
+  m.to(at::kDouble);
+  m.train();
+  c10::NoGradGuard no_grad;
+  for (auto& p : m.parameters()) p.copy_(at::randn_like(p) * 0.3);
+}
+
 }  // namespace
 
 int shard_check_main(const std::vector<std::string>& argv) {
@@ -56,7 +68,8 @@ int shard_check_main(const std::vector<std::string>& argv) {
     std::cout << usage("shard-check",
                        "Check that the row-sharded pair stack (triangle updates, triangle attention, "
                        "transition) equals the unsharded one on this job's ranks, forward and backward, in "
-                       "float64. Prints the largest errors as JSON.",
+                       "float64; then a whole Pairformer block as `train --pair-shards` runs it. Prints the "
+                       "largest errors as JSON.",
                        specs);
     return 0;
   }
@@ -80,13 +93,7 @@ int shard_check_main(const std::vector<std::string>& argv) {
   cfg.transition_factor = 2;
   cfg.dropout = 0.25;
   model::PairStack stack(cfg);
-  stack->to(at::kDouble);
-  stack->train();
-  {
-    // Fresh stacks are the identity (zero output projections); randomise so every path acts.
-    c10::NoGradGuard no_grad;
-    for (auto& p : stack->parameters()) p.copy_(at::randn_like(p) * 0.3);
-  }
+  randomised_float64(*stack);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   const at::Tensor z = at::randn({1, N, N, c_z}, f64);
   at::Tensor mask = (at::rand({1, N, N}, f64) > 0.1).to(at::kDouble);
@@ -131,18 +138,63 @@ int shard_check_main(const std::vector<std::string>& argv) {
     group.all_reduce_sum(g);
     err_params = std::max(err_params, rel(g, param_grads[i++]));
   }
+  // A whole Pairformer block as the trainer runs it: z enters the sharded region through
+  // split_rows and leaves through join_rows, the single track is replicated with its pair bias
+  // joined from the rows; the block's row parameters' gradients are summed over the ranks and
+  // every other gradient is compared as it is (it must be the same on every rank).
+  cfg.c_s = 24;
+  cfg.single_attn_heads = 2;
+  cfg.single_attn_head_dim = 8;
+  model::PairformerBlock block(cfg);
+  randomised_float64(*block);
+  const at::Tensor s = at::randn({1, N, cfg.c_s}, f64), ds = at::randn({1, N, cfg.c_s}, f64);
+  const at::Tensor token_mask = mask.select(2, 0).clone();  // [1, N]
+  const at::Tensor s_full = s.clone().requires_grad_(), z_full2 = z.clone().requires_grad_();
+  const model::PairformerState full = block->forward({s_full, z_full2}, token_mask, mask, seed);
+  torch::autograd::backward({full.s, full.z}, {ds, dz});
+  std::vector<at::Tensor> block_grads;
+  for (auto& p : block->parameters()) {
+    block_grads.push_back(p.grad().clone());
+    p.mutable_grad().reset();
+  }
+  const at::Tensor s_rep = s.clone().requires_grad_(), z_rep = z.clone().requires_grad_();
+  model::PairformerState rows = block->forward({s_rep, dist::split_rows(z_rep, shard)}, token_mask, mask, seed, &shard);
+  rows.z = dist::join_rows(rows.z, shard);
+  torch::autograd::backward({rows.s, rows.z}, {ds, dz});
+  const double err_block_out = std::max(rel(rows.s, full.s), rel(rows.z, full.z));
+  const double err_block_inputs = std::max(rel(s_rep.grad(), s_full.grad()), rel(z_rep.grad(), z_full2.grad()));
+  std::vector<const void*> row_params;
+  for (const at::Tensor& p : block->row_parameters()) row_params.push_back(p.unsafeGetTensorImpl());
+  // Each gradient relative to the larger of its own scale and 1e-6 of the block's largest: the
+  // pair-bias LayerNorm shift's gradient is zero in exact arithmetic (softmax ignores a constant
+  // added to a head's every bias), so its float64 value is rounding noise of ~1e-15.
+  double block_scale = 0;
+  for (const at::Tensor& g : block_grads) block_scale = std::max(block_scale, max_abs(g));
+  double err_block_params = 0;
+  i = 0;
+  for (auto& p : block->parameters()) {
+    at::Tensor g = p.grad().defined() ? p.grad().clone() : at::zeros_like(p);
+    if (std::find(row_params.begin(), row_params.end(), p.unsafeGetTensorImpl()) != row_params.end())
+      group.all_reduce_sum(g);
+    const at::Tensor& ref = block_grads[i++];
+    err_block_params = std::max(err_block_params, max_abs(g - ref) / std::max(max_abs(ref), 1e-6 * block_scale));
+  }
+
   // The worst rank decides.
-  at::Tensor errs = at::tensor({err_out, err_dz, err_params, held_rows / held_full}, f64);
+  at::Tensor errs = at::tensor({err_out, err_dz, err_params, held_rows / held_full, err_block_out, err_block_inputs,
+                                err_block_params}, f64);
   const std::vector<at::Tensor> all = group.all_gather(errs);
   const at::Tensor worst = at::stack(all).amax(0);
-  const bool ok = worst.narrow(0, 0, 3).max().item<double>() <= tol;
+  const bool ok = std::max(worst.narrow(0, 0, 3).max().item<double>(), worst.narrow(0, 4, 3).max().item<double>()) <= tol;
   if (env.rank == 0)
     std::printf("{\"ranks\": %d, \"n\": %lld, \"rows_per_rank\": %lld, \"c_z\": %lld, \"err_out\": %.3e, "
                 "\"err_dz\": %.3e, \"err_param_grads\": %.3e, \"held_full_mb\": %.2f, \"held_rows_ratio\": %.3f, "
+                "\"err_block_out\": %.3e, \"err_block_input_grads\": %.3e, \"err_block_param_grads\": %.3e, "
                 "\"tol\": %.1e, \"ok\": %s}\n",
                 env.world, static_cast<long long>(N), static_cast<long long>(shard.rows),
                 static_cast<long long>(c_z), worst[0].item<double>(), worst[1].item<double>(),
-                worst[2].item<double>(), held_full / 1e6, worst[3].item<double>(), tol, ok ? "true" : "false");
+                worst[2].item<double>(), held_full / 1e6, worst[3].item<double>(), worst[4].item<double>(),
+                worst[5].item<double>(), worst[6].item<double>(), tol, ok ? "true" : "false");
   group.barrier();
   return ok ? 0 : 3;
 }

@@ -22,7 +22,9 @@ int train_main(const std::vector<std::string>& argv) {
       {"threads", "N", "CPU threads for intra-op parallelism (0 = all cores)"},
       {"resume", "", "continue from the newest checkpoint in --out"},
       {"quiet", "", "no progress output"},
-      {"nproc", "N", "data-parallel ranks on this machine (Gloo); under torchrun or Slurm the launcher's ranks are used"},
+      {"nproc", "N", "ranks on this machine (Gloo); under torchrun or Slurm the launcher's ranks are used"},
+      {"pair-shards", "P", "ranks per example: each holds 1/P of the Pairformer's pair rows (P divides the ranks and "
+                           "data.crop_size; default 1, plain data parallelism)"},
       {"help", "", "show this help"},
   };
   const Args args(argv, specs);
@@ -56,6 +58,7 @@ int train_main(const std::vector<std::string>& argv) {
   opts.out_dir = args.get("out").value_or("runs/default");
   opts.resume = args.has("resume");
   opts.quiet = args.has("quiet");
+  opts.pair_shards = static_cast<int>(args.get_int("pair-shards", 1));
   const train::TrainResult r = train::run_training(cfg, opts);
   if (!opts.quiet) {
     std::printf("done: %lld steps, loss %.4f -> %.4f (first/last 10%% mean), median step %.1f ms, "

@@ -4,6 +4,7 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -57,20 +58,50 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
 };
 
+namespace {
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                      int world) {
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+}
+
+}  // namespace
+
 ProcessGroup::ProcessGroup(const DistEnv& env) : env_(env), impl_(std::make_unique<Impl>()) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env.master_port);
   so.isServer = env.rank == 0;
   so.numWorkers = env.world;
   impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-  auto opts = c10d::ProcessGroupGloo::Options::create();
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world, opts);
+  impl_->group = gloo_group(impl_->store, env.rank, env.world);
 }
+
+ProcessGroup::ProcessGroup(const DistEnv& env, std::unique_ptr<Impl> impl) : env_(env), impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
+std::unique_ptr<ProcessGroup> ProcessGroup::split(int size) {
+  MF_CHECK(size >= 1 && env_.world % size == 0, "cannot split ", env_.world, " ranks into groups of ", size);
+  DistEnv env = env_;
+  env.rank = env_.rank % size;
+  env.world = size;
+  auto impl = std::make_unique<Impl>();
+  // The groups rendezvous under their own prefix of the job's store.
+  impl->store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(size) + "." +
+                                                           std::to_string(env_.rank / size),
+                                                       impl_->store);
+  impl->group = gloo_group(impl->store, env.rank, env.world);
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(env, std::move(impl)));
+}
+
 void ProcessGroup::average_gradients(const std::vector<at::Tensor>& params) {
+  sum_gradients(params, std::vector<double>(params.size(), static_cast<double>(env_.world)));
+}
+
+void ProcessGroup::sum_gradients(const std::vector<at::Tensor>& params, const std::vector<double>& divisors) {
+  MF_CHECK(divisors.size() == params.size(), "sum_gradients: one divisor per parameter");
   // Buckets of consecutive parameters (the same on every rank: the parameter order is the
   // model's), each flattened into one float buffer on the CPU.
   size_t i = 0;
@@ -86,11 +117,10 @@ void ProcessGroup::average_gradients(const std::vector<at::Tensor>& params) {
     }
     std::vector<at::Tensor> buffer{at::cat(flat)};
     impl_->group->allreduce(buffer)->wait();
-    const at::Tensor mean = buffer[0].div_(static_cast<double>(env_.world));
     int64_t at = 0;
     for (size_t k = i; k < j; ++k) {
       at::Tensor& g = params[k].mutable_grad();
-      const at::Tensor part = mean.narrow(0, at, params[k].numel()).view(params[k].sizes());
+      const at::Tensor part = buffer[0].narrow(0, at, params[k].numel()).view(params[k].sizes()).div_(divisors[k]);
       at += params[k].numel();
       if (g.defined())
         g.copy_(part);

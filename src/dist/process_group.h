@@ -34,9 +34,16 @@ class ProcessGroup {
 
   int rank() const { return env_.rank; }
   int world() const { return env_.world; }
+  // The ranks in consecutive groups of `size` (world / size groups; rank r in group r / size
+  // as rank r % size), each a process group of its own. Every rank must call it.
+  std::unique_ptr<ProcessGroup> split(int size);
+
   // grads[i] /= world after summing them over the ranks, in buckets of about 32 MB flattened
   // into one buffer each (one collective per bucket); undefined gradients count as zeros.
   void average_gradients(const std::vector<at::Tensor>& params);
+  // The same with grads[i] /= divisors[i] after the sum (pair sharding: a row-sharded
+  // parameter's sum over the data-parallel groups, a replicated one's over every rank).
+  void sum_gradients(const std::vector<at::Tensor>& params, const std::vector<double>& divisors);
   // The mean of v over the ranks.
   double average(double v);
   // x from every rank, in rank order (same shape on every rank). Result on x's device.
@@ -50,6 +57,7 @@ class ProcessGroup {
 
  private:
   struct Impl;
+  ProcessGroup(const DistEnv& env, std::unique_ptr<Impl> impl);
   DistEnv env_;
   std::unique_ptr<Impl> impl_;
 };

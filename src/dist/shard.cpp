@@ -62,8 +62,15 @@ struct ShardCollective : public torch::autograd::Function<ShardCollective<kForwa
   }
 };
 
+at::Tensor own_rows(const at::Tensor& full, const PairShard& s) { return full.narrow(1, s.offset(), s.rows).contiguous(); }
+
 // Backward of the gather: each rank's share of the gradient goes back to it, summed.
 using GatherRows = ShardCollective<gather_rows_raw, scatter_sum_rows>;
+// Between replicated and row-sharded code: entering keeps this rank's rows and gathers the
+// rows' gradients back (every rank's replicated producer sees the whole gradient); leaving
+// gathers the rows and keeps this rank's rows of the (identical) replicated gradient.
+using SplitRows = ShardCollective<own_rows, gather_rows_raw>;
+using JoinRows = ShardCollective<gather_rows_raw, own_rows>;
 // The shard transpose is its own inverse.
 using TransposeShards = ShardCollective<transpose_raw, transpose_raw>;
 
@@ -78,6 +85,16 @@ PairShard make_pair_shard(ProcessGroup& group, int64_t n_tokens) {
 at::Tensor gather_rows(const at::Tensor& x, const PairShard& s) {
   if (!s.sharded()) return x;
   return GatherRows::apply_to(x, s);
+}
+
+at::Tensor split_rows(const at::Tensor& full, const PairShard& s) {
+  if (!s.sharded()) return full;
+  return SplitRows::apply_to(full, s);
+}
+
+at::Tensor join_rows(const at::Tensor& x, const PairShard& s) {
+  if (!s.sharded()) return x;
+  return JoinRows::apply_to(x, s);
 }
 
 at::Tensor transpose_shards(const at::Tensor& x, const PairShard& s) {

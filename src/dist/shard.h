@@ -9,7 +9,15 @@
 //   transpose_shards  the row shard of z -> the row shard of z^T (an all-to-all of n x n
 //                     blocks), for the column-wise ops (incoming TriMul, ending-node
 //                     attention); it is its own inverse, so its backward is itself.
-// A default-constructed PairShard is the unsharded case (P = 1): both are identities.
+// Where row-sharded code meets replicated code (the same values on every rank):
+//   split_rows        replicated [B, N, ...] -> this rank's rows; backward gathers the rows'
+//                     gradients, so every rank's replicated producer gets the whole gradient.
+//   join_rows         this rank's rows -> replicated [B, N, ...]; backward keeps this rank's
+//                     rows of the replicated (identical on every rank) gradient.
+// Parameters applied to rows (the pair stack's, the pair-bias projection's) then hold this
+// rank's share of their gradient, to be summed over the group; every other parameter's
+// gradient is the same on every rank.
+// A default-constructed PairShard is the unsharded case (P = 1): all are identities.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -31,6 +39,9 @@ PairShard make_pair_shard(ProcessGroup& group, int64_t n_tokens);
 
 // x [B, n, ...] (this rank's rows) -> [B, P * n, ...] (every rank's rows in rank order).
 at::Tensor gather_rows(const at::Tensor& x, const PairShard& shard);
+
+at::Tensor split_rows(const at::Tensor& full, const PairShard& shard);
+at::Tensor join_rows(const at::Tensor& x, const PairShard& shard);
 
 // x [B, n, N, ...] rows of z -> [B, n, N, ...] rows of z^T (z^T[i, k] = z[k, i]).
 at::Tensor transpose_shards(const at::Tensor& x, const PairShard& shard);

@@ -142,4 +142,11 @@ at::Tensor AttentionPairBiasImpl::forward(const at::Tensor& s, const at::Tensor&
                                   ln_z_b_, w_z_, w_o_, heads_);
 }
 
+at::Tensor AttentionPairBiasImpl::forward_rows(const at::Tensor& s, const at::Tensor& z_rows,
+                                               const at::Tensor& token_mask, const dist::PairShard& shard) {
+  const at::Tensor bias_rows = ops::layernorm_linear(z_rows, ln_z_w_, ln_z_b_, w_z_, std::nullopt);  // [B, n, N, H]
+  return ops::attention_with_pair_bias(s, dist::join_rows(bias_rows, shard), token_mask, ln_s_w_, ln_s_b_, w_qkvg_,
+                                       b_q_, w_o_, heads_);
+}
+
 }  // namespace megafold::model

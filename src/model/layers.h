@@ -58,6 +58,12 @@ class AttentionPairBiasImpl : public torch::nn::Module {
  public:
   AttentionPairBiasImpl(int64_t c_s, int64_t c_z, int64_t heads, int64_t head_dim);
   at::Tensor forward(const at::Tensor& s, const at::Tensor& z, const at::Tensor& token_mask);
+  // The same update of the (replicated) single track from this rank's rows of z [B, n, N, c_z]:
+  // the bias rows are projected here and joined (dist::join_rows) into the whole bias.
+  at::Tensor forward_rows(const at::Tensor& s, const at::Tensor& z_rows, const at::Tensor& token_mask,
+                          const dist::PairShard& shard);
+  // The parameters applied to rows of z (the pair-bias projection).
+  std::vector<at::Tensor> pair_parameters() const { return {ln_z_w_, ln_z_b_, w_z_}; }
  private:
   int64_t heads_;
   at::Tensor ln_s_w_, ln_s_b_, w_qkvg_, b_q_, ln_z_w_, ln_z_b_, w_z_, w_o_;

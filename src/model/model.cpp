@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "core/check.h"
 #include "core/seed.h"
 #include "data/residue_constants.h"
+#include "dist/process_group.h"
 
 namespace megafold::model {
 
@@ -31,13 +34,16 @@ MegaFoldImpl::MegaFoldImpl(const ModelConfig& cfg) : cfg_(cfg) {
   }
 }
 
-TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_seed, int64_t cycles) {
+TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_seed, int64_t cycles,
+                                  dist::ProcessGroup* pair_group) {
   if (cycles <= 0) cycles = cfg_.recycles;
   MF_CHECK(cycles <= cfg_.recycles, "forward: ", cycles, " trunk passes requested, the model recycles at most ",
            cfg_.recycles);
   const at::Tensor token_mask = batch.token_mask;                            // [B, N]
   const at::Tensor pair_mask = token_mask.unsqueeze(2) * token_mask.unsqueeze(1);  // [B, N, N]
   const Embedding emb = embedder_->forward(batch);
+  std::optional<dist::PairShard> shard;
+  if (pair_group != nullptr && pair_group->world() > 1) shard = dist::make_pair_shard(*pair_group, token_mask.size(1));
   PairformerState prev;
   for (int64_t c = 0; c < cycles; ++c) {
     const bool last = c + 1 == cycles;
@@ -51,7 +57,12 @@ TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_see
     // The last pass keeps dropout_seed itself, so a single pass draws the masks it always did.
     const uint64_t seed = last ? dropout_seed : mix_seed(dropout_seed, 0x72656379 + c);  // "recy"
     if (!msa_.is_empty()) st.z = msa_->forward(batch, emb.s_inputs, st.z, pair_mask, mix_seed(seed, 0x6d7361));
-    prev = pairformer_->forward(st, token_mask, pair_mask, seed);
+    if (shard) {
+      prev = pairformer_->forward({st.s, dist::split_rows(st.z, *shard)}, token_mask, pair_mask, seed, &*shard);
+      prev.z = dist::join_rows(prev.z, *shard);
+    } else {
+      prev = pairformer_->forward(st, token_mask, pair_mask, seed);
+    }
     if (!last) prev = {prev.s.detach(), prev.z.detach()};
   }
   return {emb.s_inputs, prev.s, prev.z, distogram_->forward(prev.z)};

@@ -43,7 +43,12 @@ class MegaFoldImpl : public torch::nn::Module {
   explicit MegaFoldImpl(const ModelConfig& cfg);
   // dropout_seed seeds every dropout mask of this forward (see core/seed.h). cycles: trunk
   // passes, 0 = the config's recycles; gradients flow through the last pass only.
-  TrunkOutput forward(const data::Batch& batch, uint64_t dropout_seed, int64_t cycles = 0);
+  // pair_group (optional, every rank of it calling with the same batch): the Pairformer's pair
+  // representation is row-sharded over the group (N must split evenly); everything else, and
+  // the output, is replicated. Then only row_parameters() get rank-partial gradients.
+  TrunkOutput forward(const data::Batch& batch, uint64_t dropout_seed, int64_t cycles = 0,
+                      dist::ProcessGroup* pair_group = nullptr);
+  std::vector<at::Tensor> row_parameters() const { return pairformer_->row_parameters(); }
   // noise_seed seeds the diffusion loss's noise, augmentation and noise levels, and the
   // confidence rollout. confidence: also train the pLDDT head on a rollout of this trunk pass.
   Losses loss(const data::Batch& batch, const TrunkOutput& out, uint64_t noise_seed, bool confidence = false);

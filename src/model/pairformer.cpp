@@ -68,15 +68,20 @@ PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const at::Tensor& token_mask,
                                              const at::Tensor& pair_mask, uint64_t dropout_seed,
                                              const dist::PairShard* pair_rows) {
-  MF_CHECK(pair_rows == nullptr || !pair_rows->sharded(),
-           "a Pairformer block runs its single track on all of z: shard only the pair stack (PairStack::forward_rows)");
   // AF3 SI Alg. 17
   const at::Tensor z = pair_rows ? pair_->forward_rows(in.z, pair_mask, dropout_seed, *pair_rows)
                                  : pair_->forward(in.z, pair_mask, dropout_seed);
   at::Tensor s = in.s;
-  s = s + single_attention_->forward(s, z, token_mask);
+  s = s + (pair_rows != nullptr && pair_rows->sharded() ? single_attention_->forward_rows(s, z, token_mask, *pair_rows)
+                                                        : single_attention_->forward(s, z, token_mask));
   s = s + single_transition_->forward(s);
   return {s, z};
+}
+
+std::vector<at::Tensor> PairformerBlockImpl::row_parameters() const {
+  std::vector<at::Tensor> p = pair_->parameters();
+  for (const at::Tensor& t : single_attention_->pair_parameters()) p.push_back(t);
+  return p;
 }
 
 PairformerStackImpl::PairformerStackImpl(const ModelConfig& cfg) : checkpoint_(cfg.checkpoint_blocks) {
@@ -85,16 +90,24 @@ PairformerStackImpl::PairformerStackImpl(const ModelConfig& cfg) : checkpoint_(c
 }
 
 PairformerState PairformerStackImpl::forward(PairformerState state, const at::Tensor& token_mask,
-                                             const at::Tensor& pair_mask, uint64_t dropout_seed) {
+                                             const at::Tensor& pair_mask, uint64_t dropout_seed,
+                                             const dist::PairShard* pair_rows) {
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const uint64_t seed = mix_seed(dropout_seed, i);
     // Recomputation only pays when gradients are needed.
     if (checkpoint_ && is_training() && at::GradMode::is_enabled())
-      state = checkpointed_block(*blocks_[i], state, token_mask, pair_mask, seed);
+      state = checkpointed_block(*blocks_[i], state, token_mask, pair_mask, seed, pair_rows);
     else
-      state = blocks_[i]->forward(state, token_mask, pair_mask, seed);
+      state = blocks_[i]->forward(state, token_mask, pair_mask, seed, pair_rows);
   }
   return state;
+}
+
+std::vector<at::Tensor> PairformerStackImpl::row_parameters() const {
+  std::vector<at::Tensor> p;
+  for (const auto& b : blocks_)
+    for (const at::Tensor& t : b->row_parameters()) p.push_back(t);
+  return p;
 }
 
 }  // namespace megafold::model

@@ -40,12 +40,16 @@ class PairformerBlockImpl : public torch::nn::Module {
  public:
   explicit PairformerBlockImpl(const ModelConfig& cfg);
   // token_mask [B, N], pair_mask [B, N, N]; dropout masks are drawn from dropout_seed.
-  // pair_rows (optional): run the pair stack through its row-sharded path (PairStack::forward_rows)
-  // on an unsharded PairShard, which `megafold block --pair-path rows` times against the plain one
-  // (the P = 1 overhead of sharding). The single track needs all of z, so P > 1 is refused here.
+  // pair_rows (optional): in.z holds this rank's rows [B, n, N, c_z] and the pair stack runs its
+  // row-sharded path (PairStack::forward_rows); the single track stays replicated, its pair bias
+  // projected from the rows and joined (AttentionPairBias::forward_rows). On an unsharded
+  // PairShard this is the path `megafold block --pair-path rows` times against the plain one.
   PairformerState forward(const PairformerState& in, const at::Tensor& token_mask,
                           const at::Tensor& pair_mask, uint64_t dropout_seed,
                           const dist::PairShard* pair_rows = nullptr);
+  // The parameters applied to rows of z: under pair sharding each rank holds its share of
+  // their gradient (the rest are the same on every rank).
+  std::vector<at::Tensor> row_parameters() const;
 
  private:
   PairStack pair_{nullptr};
@@ -57,8 +61,11 @@ TORCH_MODULE(PairformerBlock);
 class PairformerStackImpl : public torch::nn::Module {
  public:
   explicit PairformerStackImpl(const ModelConfig& cfg);
+  // pair_rows: as for PairformerBlock::forward (state.z this rank's rows).
   PairformerState forward(PairformerState state, const at::Tensor& token_mask,
-                          const at::Tensor& pair_mask, uint64_t dropout_seed);
+                          const at::Tensor& pair_mask, uint64_t dropout_seed,
+                          const dist::PairShard* pair_rows = nullptr);
+  std::vector<at::Tensor> row_parameters() const;
 
  private:
   bool checkpoint_;

@@ -72,10 +72,11 @@ std::vector<at::Tensor> checkpointed(const TensorFn& fn, const std::vector<at::T
 
 PairformerState checkpointed_block(PairformerBlockImpl& block, const PairformerState& in,
                                    const at::Tensor& token_mask, const at::Tensor& pair_mask,
-                                   uint64_t dropout_seed) {
-  // The masks are constants of the recomputation; only s and z carry gradients.
-  auto run = [&block, token_mask, pair_mask, dropout_seed](const std::vector<at::Tensor>& x) {
-    const PairformerState out = block.forward({x[0], x[1]}, token_mask, pair_mask, dropout_seed);
+                                   uint64_t dropout_seed, const dist::PairShard* pair_rows) {
+  // The masks and the shard are constants of the recomputation; only s and z carry gradients.
+  // The recomputation repeats the forward's collectives in the same order on every rank.
+  auto run = [&block, token_mask, pair_mask, dropout_seed, pair_rows](const std::vector<at::Tensor>& x) {
+    const PairformerState out = block.forward({x[0], x[1]}, token_mask, pair_mask, dropout_seed, pair_rows);
     return std::vector<at::Tensor>{out.s, out.z};
   };
   const std::vector<at::Tensor> out = checkpointed(run, {in.s, in.z});

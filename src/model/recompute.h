@@ -18,9 +18,10 @@ namespace megafold::model {
 using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 std::vector<at::Tensor> checkpointed(const TensorFn& fn, const std::vector<at::Tensor>& inputs);
 
-// One Pairformer block under checkpointed(); its dropout masks come from dropout_seed.
+// One Pairformer block under checkpointed(); its dropout masks come from dropout_seed;
+// pair_rows as for PairformerBlock::forward.
 PairformerState checkpointed_block(PairformerBlockImpl& block, const PairformerState& in,
                                    const at::Tensor& token_mask, const at::Tensor& pair_mask,
-                                   uint64_t dropout_seed);
+                                   uint64_t dropout_seed, const dist::PairShard* pair_rows = nullptr);
 
 }  // namespace megafold::model

@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include "core/check.h"
 #include "core/files.h"
@@ -165,9 +166,16 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   // Data parallelism when launched as one of several ranks (torchrun, Slurm, train --nproc):
   // rank 0 logs, validates and writes checkpoints; every rank averages its gradients with the
   // others before the (identical) optimiser step.
+  // With pair sharding, groups of opts.pair_shards consecutive ranks train on one example each.
   const dist::DistEnv env = dist::dist_env();
-  std::unique_ptr<dist::ProcessGroup> dp;
+  MF_CHECK(opts.pair_shards >= 1 && env.world % opts.pair_shards == 0, "--pair-shards ", opts.pair_shards,
+           " must divide the number of ranks (", env.world, ")");
+  MF_CHECK(cfg.data.crop_size % opts.pair_shards == 0, "--pair-shards ", opts.pair_shards,
+           " must divide data.crop_size (", cfg.data.crop_size, "): each rank holds an equal block of pair rows");
+  const int data_rank = env.rank / opts.pair_shards, data_world = env.world / opts.pair_shards;
+  std::unique_ptr<dist::ProcessGroup> dp, pairs;
   if (env.world > 1) dp = std::make_unique<dist::ProcessGroup>(env);
+  if (opts.pair_shards > 1) pairs = dp->split(opts.pair_shards);
   const bool lead = env.rank == 0, quiet = opts.quiet || !lead;
   c10::Device device = resolve_device(cfg.device);
   if (device.is_cuda() && env.world > 1) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
@@ -219,8 +227,21 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   say("resolved config (saved as " + (out_dir / "config.json").string() + "):\n" + to_json(cfg));
   std::optional<MetricsLog> metrics;
   if (lead) metrics.emplace((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
-  if (dp) say("data parallel: " + std::to_string(env.world) + " ranks (Gloo), " + std::to_string(cfg.data.batch_size) +
-              " examples per rank and step");
+  if (dp)
+    say("data parallel: " + std::to_string(data_world) + " groups of " + std::to_string(opts.pair_shards) +
+        (opts.pair_shards > 1 ? " ranks sharding the pair representation by rows" : " rank") + " (Gloo), " +
+        std::to_string(cfg.data.batch_size) + " examples per group and step");
+  // The sum of every rank's gradients, divided so that each parameter gets the mean over the
+  // data-parallel groups: row-sharded parameters' rank shares add up to their group's gradient,
+  // replicated ones are the same on all ranks of a group.
+  std::vector<double> grad_divisors(params.size(), static_cast<double>(env.world));
+  {
+    std::unordered_set<const void*> rows;
+    if (pairs)
+      for (const at::Tensor& p : model->row_parameters()) rows.insert(p.unsafeGetTensorImpl());
+    for (size_t i = 0; i < params.size(); ++i)
+      if (rows.count(params[i].unsafeGetTensorImpl())) grad_divisors[i] = data_world;
+  }
 
   int64_t n_params = 0;
   for (const auto& p : params) n_params += p.numel();
@@ -268,7 +289,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
 
   reset_peak_memory(device);
   // Batches are built ahead on loader threads; batch k depends on (seed, k) only.
-  data::BatchPrefetcher batches([&](int64_t k) { return training_batch(ds, cfg, cfg.seed, k, env.rank, env.world); },
+  data::BatchPrefetcher batches([&](int64_t k) { return training_batch(ds, cfg, cfg.seed, k, data_rank, data_world); },
                                 start, cfg.steps,
                                 static_cast<int>(cfg.data.workers), static_cast<int>(cfg.data.prefetch),
                                 device.is_cuda());
@@ -297,12 +318,13 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       // AF3 trains with 1..N_cycle trunk passes, drawn per step.
       const int64_t cycles = 1 + static_cast<int64_t>(mix_seed(cfg.seed ^ kRecycleSalt, step) %
                                                       static_cast<uint64_t>(cfg.model.recycles));
-      const model::TrunkOutput out = model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step), cycles);
+      const model::TrunkOutput out =
+          model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step), cycles, pairs.get());
       const bool confidence = model->has_confidence() && step % cfg.model.confidence.every == 0;
       loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
     }
     loss.total.backward();
-    if (dp) dp->average_gradients(params);
+    if (dp) dp->sum_gradients(params, grad_divisors);
     const double grad_norm =
         cfg.optim.clip_grad_norm > 0
             ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)

@@ -10,6 +10,9 @@ struct TrainOptions {
   std::string out_dir;
   bool resume = false;  // continue from the newest checkpoint in out_dir/checkpoints
   bool quiet = false;   // no progress output (tests)
+  // Ranks per pair-sharding group (1: none): consecutive ranks share one example and split the
+  // Pairformer's pair representation by rows; the world / pair_shards groups are data parallel.
+  int pair_shards = 1;
 };
 
 struct TrainResult {

@@ -1,11 +1,16 @@
 """Row sharding of the pair stack over Gloo in several processes (`megafold shard-check`): each
 rank's rows of the output, of the input gradient, and the parameter gradients summed over the
 ranks equal the unsharded stack's, in float64 with dropout on, for P in {2, 4}; and what a rank
-keeps for backward is ~1/P of what the unsharded stack keeps."""
+keeps for backward is ~1/P of what the unsharded stack keeps. The same for a whole Pairformer
+block as the trainer runs it. Training with `--pair-shards P` (alone and combined with data
+parallelism) gives the losses of one process."""
 import json
+import shutil
 import subprocess
 
 import pytest
+
+from test_data_parallel import CONFIG, train_rows
 
 N, C_Z = 96, 32
 # Sharding changes only where sums are split (the gathered contraction runs the same k-order;
@@ -29,6 +34,10 @@ def test_sharded_pair_stack_equals_unsharded(megafold_bin, ranks):
     report = json.loads(lines[0])
     assert report["ok"] and report["ranks"] == ranks and report["rows_per_rank"] * ranks == N
     assert max(report["err_out"], report["err_dz"], report["err_param_grads"]) <= float(TOL)
+    # The whole block as the trainer shards it: replicated single track, split/join of z, and
+    # the trainer's gradient rule (row parameters summed over the ranks, the rest as they are).
+    assert max(report["err_block_out"], report["err_block_input_grads"],
+               report["err_block_param_grads"]) <= float(TOL), report
     # Activations per rank ~ 1/P (the gathered operands of the contractions are not kept).
     assert 1 / ranks - 0.01 <= report["held_rows_ratio"] <= 1 / ranks + REPLICATED, report
 
@@ -38,3 +47,36 @@ def test_rows_must_split_evenly(megafold_bin):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "25 tokens do not split into 2 equal row blocks" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("nproc,shards", [(2, 2), (4, 4), (4, 2)])
+def test_pair_sharded_training_gives_the_losses_of_one_process(megafold_bin, source_dir, tmp_path, nproc, shards):
+    """One example (cropped whole) on every rank: P ranks per example, nproc / P data-parallel
+    groups. float32 on CPU, where the sharded path splits some sums (the float64 check above is
+    exact to rounding), so agreement to float32 rounding compounded over 4 steps, as for three
+    data-parallel ranks in test_data_parallel.py."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(source_dir / "data/pdb/1a8o.cif.gz", data)
+    config = tmp_path / "ps.json"
+    config.write_text(json.dumps(CONFIG))
+
+    def train(out, *extra):
+        subprocess.run([megafold_bin, "train", "--config", str(config), "--data", str(data), "--out", str(out),
+                        "--quiet", *extra], check=True, timeout=300)
+        return train_rows(out)
+
+    one = train(tmp_path / "one")
+    sharded = train(tmp_path / "sharded", "--nproc", str(nproc), "--pair-shards", str(shards))
+    assert len(sharded) == len(one) == 4
+    for (s, l, g), (s1, l1, g1) in zip(sharded, one):
+        assert s == s1 and abs(l - l1) <= 1e-5 * abs(l1) and abs(g - g1) <= 1e-4 * abs(g1), (s, l, l1, g, g1)
+    assert sorted(p.name for p in (tmp_path / "sharded" / "checkpoints").iterdir()) == ["step_00000004.pt"]
+
+
+def test_pair_shards_must_divide_the_ranks(megafold_bin, source_dir, tmp_path):
+    r = subprocess.run([megafold_bin, "train", "--config", "cpu-tiny", "--data", str(source_dir / "data/pdb"),
+                        "--out", str(tmp_path / "bad"), "--quiet", "--steps", "1", "--nproc", "2",
+                        "--pair-shards", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "--pair-shards 3 must divide the number of ranks (2)" in r.stderr, r.stderr

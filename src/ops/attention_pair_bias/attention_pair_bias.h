@@ -31,6 +31,14 @@ at::Tensor attention_pair_bias(const at::Tensor& s, const at::Tensor& z,
                                const at::Tensor& ln_z_weight, const at::Tensor& ln_z_bias,
                                const at::Tensor& w_z, const at::Tensor& w_o, int64_t n_heads);
 
+// The same attention from an already projected pair bias [B, N, N, H] (= LayerNorm_z(z) @
+// w_z^T), for callers that project z elsewhere: the row-sharded Pairformer projects its rows
+// of z and gathers the bias (dist/shard.h). Not a registered op.
+at::Tensor attention_with_pair_bias(const at::Tensor& s, const at::Tensor& pair_bias,
+                                    const std::optional<at::Tensor>& mask, const at::Tensor& ln_s_weight,
+                                    const at::Tensor& ln_s_bias, const at::Tensor& w_qkvg, const at::Tensor& b_q,
+                                    const at::Tensor& w_o, int64_t n_heads);
+
 at::Tensor attention_pair_bias_ref(const at::Tensor& s, const at::Tensor& z,
                                    const std::optional<at::Tensor>& mask,
                                    const at::Tensor& ln_s_weight, const at::Tensor& ln_s_bias,
