@@ -25,6 +25,8 @@ int train_main(const std::vector<std::string>& argv) {
       {"nproc", "N", "ranks on this machine (Gloo); under torchrun or Slurm the launcher's ranks are used"},
       {"pair-shards", "P", "ranks per example: each holds 1/P of the Pairformer's pair rows (P divides the ranks and "
                            "data.crop_size; default 1, plain data parallelism)"},
+      {"bucket-mb", "MB", "gradient all-reduce bucket size with several ranks (default 32); buckets are summed while "
+                          "backward runs"},
       {"help", "", "show this help"},
   };
   const Args args(argv, specs);
@@ -59,6 +61,13 @@ int train_main(const std::vector<std::string>& argv) {
   opts.resume = args.has("resume");
   opts.quiet = args.has("quiet");
   opts.pair_shards = static_cast<int>(args.get_int("pair-shards", 1));
+  if (auto v = args.get("bucket-mb")) {
+    try {
+      opts.bucket_mb = std::stod(*v);
+    } catch (const std::exception&) {
+      throw Error("--bucket-mb must be a number of megabytes, got '" + *v + "'");
+    }
+  }
   const train::TrainResult r = train::run_training(cfg, opts);
   if (!opts.quiet) {
     std::printf("done: %lld steps, loss %.4f -> %.4f (first/last 10%% mean), median step %.1f ms, "

@@ -25,7 +25,6 @@ int parse_int(const std::string& name, const std::string& value) {
   throw Error("environment variable " + name + "='" + value + "' is not an integer");
 }
 
-constexpr int64_t kBucketBytes = 32 << 20;
 
 }  // namespace
 
@@ -96,39 +95,11 @@ std::unique_ptr<ProcessGroup> ProcessGroup::split(int size) {
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(env, std::move(impl)));
 }
 
-void ProcessGroup::average_gradients(const std::vector<at::Tensor>& params) {
-  sum_gradients(params, std::vector<double>(params.size(), static_cast<double>(env_.world)));
-}
-
-void ProcessGroup::sum_gradients(const std::vector<at::Tensor>& params, const std::vector<double>& divisors) {
-  MF_CHECK(divisors.size() == params.size(), "sum_gradients: one divisor per parameter");
-  // Buckets of consecutive parameters (the same on every rank: the parameter order is the
-  // model's), each flattened into one float buffer on the CPU.
-  size_t i = 0;
-  while (i < params.size()) {
-    std::vector<at::Tensor> flat;
-    int64_t bytes = 0;
-    size_t j = i;
-    for (; j < params.size() && (j == i || bytes < kBucketBytes); ++j) {
-      const at::Tensor& p = params[j];
-      const at::TensorOptions cpu = at::TensorOptions().dtype(at::kFloat);
-      flat.push_back(p.grad().defined() ? p.grad().to(at::kCPU, at::kFloat).reshape({-1}) : at::zeros({p.numel()}, cpu));
-      bytes += p.numel() * 4;
-    }
-    std::vector<at::Tensor> buffer{at::cat(flat)};
-    impl_->group->allreduce(buffer)->wait();
-    int64_t at = 0;
-    for (size_t k = i; k < j; ++k) {
-      at::Tensor& g = params[k].mutable_grad();
-      const at::Tensor part = buffer[0].narrow(0, at, params[k].numel()).view(params[k].sizes()).div_(divisors[k]);
-      at += params[k].numel();
-      if (g.defined())
-        g.copy_(part);
-      else
-        g = part.to(params[k].options());
-    }
-    i = j;
-  }
+std::function<void()> ProcessGroup::all_reduce_sum_async(const at::Tensor& x) {
+  MF_CHECK(x.device().is_cpu() && x.is_contiguous(), "all_reduce_sum_async: takes a contiguous host tensor");
+  std::vector<at::Tensor> t{x};
+  c10::intrusive_ptr<c10d::Work> work = impl_->group->allreduce(t);
+  return [work] { work->wait(); };
 }
 
 double ProcessGroup::average(double v) {

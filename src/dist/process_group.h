@@ -1,6 +1,6 @@
 #pragma once
 // The process group of a job over c10d: the ranks from the usual launch variables, the
-// gradient average of data parallelism, and the collectives of pair sharding (dist/shard.h).
+// collectives of the gradient all-reduce (dist/grad_sync.h) and of pair sharding (dist/shard.h).
 // Gloo carries the collectives (on CPU tensors; GPU tensors are staged through host memory).
 #include <ATen/core/Tensor.h>
 
@@ -38,12 +38,9 @@ class ProcessGroup {
   // as rank r % size), each a process group of its own. Every rank must call it.
   std::unique_ptr<ProcessGroup> split(int size);
 
-  // grads[i] /= world after summing them over the ranks, in buckets of about 32 MB flattened
-  // into one buffer each (one collective per bucket); undefined gradients count as zeros.
-  void average_gradients(const std::vector<at::Tensor>& params);
-  // The same with grads[i] /= divisors[i] after the sum (pair sharding: a row-sharded
-  // parameter's sum over the data-parallel groups, a replicated one's over every rank).
-  void sum_gradients(const std::vector<at::Tensor>& params, const std::vector<double>& divisors);
+  // Starts summing x (a contiguous host tensor) over the ranks in place; the returned function
+  // waits for it. x must not be touched until then. (GradientSync, dist/grad_sync.h, uses it.)
+  std::function<void()> all_reduce_sum_async(const at::Tensor& x);
   // The mean of v over the ranks.
   double average(double v);
   // x from every rank, in rank order (same shape on every rank). Result on x's device.

@@ -25,6 +25,7 @@
 #include "data/crop.h"
 #include "data/features.h"
 #include "data/loader.h"
+#include "dist/grad_sync.h"
 #include "dist/process_group.h"
 #include "core/autocast.h"
 #include "model/model.h"
@@ -242,6 +243,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
     for (size_t i = 0; i < params.size(); ++i)
       if (rows.count(params[i].unsafeGetTensorImpl())) grad_divisors[i] = data_world;
   }
+  // Summed in buckets while backward runs (dist/grad_sync.h).
+  std::optional<dist::GradientSync> grad_sync;
+  MF_CHECK(opts.bucket_mb > 0, "--bucket-mb must be > 0, got ", opts.bucket_mb);
+  if (dp) grad_sync.emplace(*dp, params, grad_divisors, static_cast<int64_t>(opts.bucket_mb * (1 << 20)) + 1);
 
   int64_t n_params = 0;
   for (const auto& p : params) n_params += p.numel();
@@ -323,8 +328,9 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       const bool confidence = model->has_confidence() && step % cfg.model.confidence.every == 0;
       loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
     }
+    if (grad_sync) grad_sync->prepare();
     loss.total.backward();
-    if (dp) dp->sum_gradients(params, grad_divisors);
+    if (grad_sync) grad_sync->finish();
     const double grad_norm =
         cfg.optim.clip_grad_norm > 0
             ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)
@@ -361,6 +367,11 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
           {"data_wait_ms", data_wait_ms},
           {"peak_memory_gb", peak_memory_gb(device)},
           {"skipped", finite ? 0.0 : 1.0}};
+      if (grad_sync) {  // how much of the gradient all-reduce ran while backward did
+        fields["grad_buckets"] = static_cast<double>(grad_sync->buckets());
+        fields["grad_buckets_during_backward"] = static_cast<double>(grad_sync->launched_during_backward());
+        fields["grad_buckets_late"] = static_cast<double>(grad_sync->late_buckets());
+      }
       if (loss.diffusion_mse.defined()) {
         fields["diffusion_mse"] = loss.diffusion_mse.item<double>();
         fields["smooth_lddt_loss"] = loss.smooth_lddt.item<double>();

@@ -13,6 +13,8 @@ struct TrainOptions {
   // Ranks per pair-sharding group (1: none): consecutive ranks share one example and split the
   // Pairformer's pair representation by rows; the world / pair_shards groups are data parallel.
   int pair_shards = 1;
+  // Gradient all-reduce bucket size (MB of fp32 gradients); buckets are summed while backward runs.
+  double bucket_mb = 32;
 };
 
 struct TrainResult {

@@ -1,11 +1,18 @@
 // Launch variables of data-parallel jobs: torchrun's, Slurm's, the single-process default, and
-// errors that name the variable.
+// errors that name the variable; the gradient all-reduce's bucketing during backward.
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tanh.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <map>
 
 #include "core/check.h"
+#include "dist/grad_sync.h"
 #include "dist/process_group.h"
+#include "model/recompute.h"
+#include "testing.h"
 
 namespace megafold::dist {
 namespace {
@@ -50,6 +57,46 @@ TEST(DistEnv, BadValuesNameTheVariable) {
             std::string::npos);
   EXPECT_NE(error_of({{"MASTER_PORT", "70000"}}).find("MASTER_PORT must be a TCP port"), std::string::npos);
   EXPECT_NE(error_of({{"WORLD_SIZE", "0"}}).find("must be >= 1"), std::string::npos);
+}
+
+// GradientSync on a one-rank group (the sum over ranks is the identity, so the result must be
+// each parameter's own gradient, divided): buckets of one parameter each launch while backward
+// runs; a parameter that a checkpointed segment's nested backward and the outer backward both
+// reach gets two contributions, the second after its bucket was launched, and is summed again
+// from .grad. Multi-rank sums are covered by the training tests (tests/python).
+TEST(GradientSync, LaunchesDuringBackwardAndResumsLateBuckets) {
+  testing::fresh_seed();
+  DistEnv env;
+  env.master_port = 20000 + static_cast<int>(getpid() % 20000);
+  ProcessGroup group(env);
+  const at::Tensor w_inner = at::randn({3, 4}).requires_grad_(), w_shared = at::randn({4}).requires_grad_();
+  const at::Tensor w_outer = at::randn({4, 2}).requires_grad_();
+  const std::vector<at::Tensor> params = {w_inner, w_shared, w_outer};
+  const at::Tensor x = at::randn({5, 3});
+  auto loss = [&] {
+    const model::TensorFn segment = [&](const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{at::tanh(at::matmul(in[0], w_inner) * w_shared)};
+    };
+    const at::Tensor h = model::checkpointed(segment, {x.clone().requires_grad_()})[0];
+    return (at::matmul(h + w_shared, w_outer)).pow(2).sum();
+  };
+  loss().backward();
+  std::vector<at::Tensor> expected;
+  for (const auto& p : params) {
+    expected.push_back(p.grad().clone() / 2.0);
+    p.mutable_grad().reset();
+  }
+  GradientSync sync(group, params, {2.0, 2.0, 2.0}, /*bucket_bytes=*/1);
+  for (int step = 0; step < 2; ++step) {  // state is reset between steps
+    for (const auto& p : params) p.mutable_grad().reset();
+    sync.prepare();
+    loss().backward();
+    sync.finish();
+    EXPECT_EQ(sync.buckets(), 3);
+    EXPECT_EQ(sync.launched_during_backward(), 3);
+    EXPECT_EQ(sync.late_buckets(), 1);  // w_shared
+    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i].grad(), expected[i])) << i;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 """Data parallelism through the CLI (`megafold train --nproc N`, Gloo on CPU): every rank
-averages its gradients with the others, so ranks that see the same example train exactly as one
-process does; rank 0 alone logs and writes checkpoints; a bad launch variable is named."""
+averages its gradients with the others (in buckets summed while backward runs), so ranks that see
+the same example train exactly as one process does; rank 0 alone logs and writes checkpoints; a
+bad launch variable is named."""
 import json
 import os
 import shutil
@@ -29,15 +30,21 @@ def test_ranks_on_the_same_example_train_exactly_as_one_process(megafold_bin, so
     config = tmp_path / "dp.json"
     config.write_text(json.dumps(CONFIG))
     runs = {}
-    for name, extra in (("one", []), ("two", ["--nproc", "2"]), ("three", ["--nproc=3"])):
+    for name, extra in (("one", []), ("two", ["--nproc", "2"]), ("three", ["--nproc=3"]),
+                        ("small_buckets", ["--nproc", "2", "--bucket-mb", "0.01"])):
         out = tmp_path / name
         subprocess.run([megafold_bin, "train", "--config", str(config), "--data", str(data), "--out", str(out),
                         "--quiet", *extra], check=True, timeout=300)
         runs[name] = out
     one = train_rows(runs["one"])
     assert len(one) == 4
-    # Two ranks: bitwise, since (g + g) / 2 == g exactly in floating point.
+    # Two ranks: bitwise, since (g + g) / 2 == g exactly in floating point; also with buckets of
+    # ~10 KB, summed one after another while backward runs.
     assert train_rows(runs["two"]) == one
+    assert train_rows(runs["small_buckets"]) == one
+    with open(runs["small_buckets"] / "metrics.jsonl") as f:
+        rows = [r for r in map(json.loads, f) if r["kind"] == "train"]
+    assert all(r["grad_buckets"] > 10 and r["grad_buckets_during_backward"] == r["grad_buckets"] for r in rows), rows
     # Three: (g + g + g) / 3 rounds, so agreement to float32 rounding, compounded over 4 steps.
     for (s3, l3, g3), (s1, l1, g1) in zip(train_rows(runs["three"]), one):
         assert s3 == s1 and abs(l3 - l1) <= 1e-5 * abs(l1) and abs(g3 - g1) <= 1e-4 * abs(g1), (s3, l3, l1, g3, g1)
