@@ -11,10 +11,12 @@
 //
 // A parameter can receive a further contribution after its bucket was launched (used twice, or
 // accumulated again by a checkpointed block's nested backward): the bucket is then marked late,
-// and after backward it is summed again from the complete local .grad. finish() launches what
-// is left (parameters without a gradient this step count as zeros), waits, and writes
-// sum / divisors[i] into each parameter's .grad. Every rank sees the same graph, so the late
-// buckets are the same on every rank.
+// and after backward it is summed again from the complete local .grad. A bucket does not wait
+// for parameters that had no gradient in the previous step (they would hold every later bucket
+// back); if one gets a gradient after its bucket was launched, that bucket is late too.
+// finish() launches what is left (parameters without a gradient this step count as zeros),
+// waits, and writes sum / divisors[i] into each parameter's .grad. Every rank sees the same
+// graph, so the late buckets are the same on every rank.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -62,7 +64,8 @@ class GradientSync {
   std::vector<at::Tensor> params_;
   std::vector<double> divisors_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<int64_t>> contributions_;  // [bucket][slot]
+  std::vector<std::vector<int64_t>> contributions_;  // [bucket][slot], this step
+  std::vector<std::vector<bool>> expected_;          // [bucket][slot]: had a gradient last step
   std::vector<unsigned> hooks_;
   size_t next_ = 0;  // the next bucket to launch
   int64_t launched_early_ = 0;

@@ -52,6 +52,25 @@ def test_ranks_on_the_same_example_train_exactly_as_one_process(megafold_bin, so
         assert sorted(p.name for p in (runs[name] / "checkpoints").iterdir()) == ["step_00000004.pt"]
 
 
+def test_parameters_without_a_gradient_in_a_step(megafold_bin, source_dir, tmp_path):
+    """The confidence head trains every other step: in the steps between, its parameters get no
+    gradient, which the all-reduce fills with zeros (and the optimiser's zero_grad must still
+    work on them); two ranks still train as one process."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(source_dir / "data/pdb/1a8o.cif.gz", data)
+    config = tmp_path / "conf.json"
+    model = dict(CONFIG["model"], confidence={"n_blocks": 1, "every": 2, "rollout_steps": 2})
+    config.write_text(json.dumps(dict(CONFIG, model=model)))
+    runs = {}
+    for name, extra in (("one", []), ("two", ["--nproc", "2", "--bucket-mb", "0.01"])):
+        runs[name] = tmp_path / name
+        subprocess.run([megafold_bin, "train", "--config", str(config), "--data", str(data), "--out", str(runs[name]),
+                        "--quiet", *extra], check=True, timeout=300)
+    assert len(train_rows(runs["one"])) == 4
+    assert train_rows(runs["two"]) == train_rows(runs["one"])
+
+
 def test_a_bad_launch_variable_is_named(megafold_bin, source_dir, tmp_path):
     env = dict(os.environ, RANK="5", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29999")
     r = subprocess.run([megafold_bin, "train", "--config", "cpu-tiny", "--data", str(source_dir / "data/pdb"),
