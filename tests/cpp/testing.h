@@ -31,8 +31,8 @@ void expect_gradients_match_finite_differences(
 // which concentrates over a tensor's elements, so fresh random inputs do not make it flaky.
 // The largest error is held to max|out - ref64| <= 4 max|naive - ref64| + atol: the max over
 // one draw is an extreme value whose spread alone crossed 2x on unchanged kernels (2.0-2.5x,
-// about one tensor in ten per H200 run), while a wrong element or tile is off by the values'
-// own scale, far beyond either bound.
+// in one or two of the 16 CUDA tests per H200 run), while a wrong element or tile is off by
+// the values' own scale, far beyond either bound.
 void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& naive,
                                      const at::Tensor& ref64, double atol, const char* what);
 
