@@ -1,7 +1,7 @@
 #pragma once
 // Warp-level tensor-core pieces for sm_80+ kernels: mma.sync m16n8k16 with fp16/bf16 inputs
-// and fp32 accumulation, 16-bit scalar, pair and 8-vector conversions, the ldmatrix transpose
-// load and cp.async.
+// and fp32 accumulation, 16-bit scalar, pair and 8-vector conversions, fp32-or-16-bit row
+// access, the warp sum, the ldmatrix transpose load and cp.async.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and
 // t = lane % 4; each 32-bit register holds two consecutive 16-bit elements, lower column first:
@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace megafold::mma {
 
@@ -54,6 +55,38 @@ __device__ __forceinline__ float2 unpack2<__half>(uint32_t x) {
 template <>
 __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t x) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+}
+
+// Rows of fp32 or 16-bit activations read and written as fp32: 4 or 2 consecutive values
+// through one aligned access (16 / 8 bytes for fp32, 8 / 4 for 16-bit).
+template <typename Tin>
+__device__ __forceinline__ float4 load4(const Tin* p) {
+  if constexpr (std::is_same_v<Tin, float>) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    const float2 a = unpack2<Tin>(r.x), b = unpack2<Tin>(r.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+  }
+}
+
+template <typename Tin>
+__device__ __forceinline__ float2 load2(const Tin* p) {
+  if constexpr (std::is_same_v<Tin, float>) return *reinterpret_cast<const float2*>(p);
+  else return unpack2<Tin>(*reinterpret_cast<const uint32_t*>(p));
+}
+
+template <typename Tin>
+__device__ __forceinline__ void store2(Tin* p, float a, float b) {
+  if constexpr (std::is_same_v<Tin, float>) *reinterpret_cast<float2*>(p) = make_float2(a, b);
+  else *reinterpret_cast<uint32_t*>(p) = pack2<Tin>(a, b);
+}
+
+// Sum over the 32 lanes of a warp (every lane gets it; a fixed butterfly order).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
 // kVec consecutive 16-bit values through one aligned access: a 16-byte vector for kVec = 8

@@ -27,11 +27,9 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<at::Tensor>& p
     size += params_[k].numel();
   }
   if (!buckets_.empty()) buckets_.back().buffer = at::zeros({size}, f32.dtype(at::kFloat));
-  contributions_.resize(buckets_.size());
-  expected_.resize(buckets_.size());
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
-    contributions_[bi].assign(buckets_[bi].params.size(), 0);
-    expected_[bi].assign(buckets_[bi].params.size(), true);
+    buckets_[bi].contributions.assign(buckets_[bi].params.size(), 0);
+    buckets_[bi].expected.assign(buckets_[bi].params.size(), true);
     for (size_t slot = 0; slot < buckets_[bi].params.size(); ++slot)
       hooks_.push_back(params_[buckets_[bi].params[slot]].register_hook(
           [this, bi, slot](const at::Tensor& g) { on_gradient(bi, slot, g); }));
@@ -51,13 +49,12 @@ int64_t GradientSync::late_buckets() const {
 }
 
 void GradientSync::prepare() {
-  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
-    Bucket& b = buckets_[bi];
+  for (Bucket& b : buckets_) {
     b.buffer.zero_();
-    b.waiting = std::count(expected_[bi].begin(), expected_[bi].end(), true);
+    b.waiting = std::count(b.expected.begin(), b.expected.end(), true);
     b.launched = b.late = false;
     b.wait = nullptr;
-    std::fill(contributions_[bi].begin(), contributions_[bi].end(), 0);
+    std::fill(b.contributions.begin(), b.contributions.end(), 0);
   }
   next_ = 0;
   launched_early_ = 0;
@@ -67,14 +64,14 @@ void GradientSync::prepare() {
 void GradientSync::on_gradient(size_t bi, size_t slot, const at::Tensor& g) {
   if (!in_backward_) return;  // a backward outside the training step (none in the trainer)
   Bucket& b = buckets_[bi];
-  const bool first = contributions_[bi][slot]++ == 0;
+  const bool first = b.contributions[slot]++ == 0;
   if (b.launched) {  // the buffer is being summed: take this one from .grad after backward
     b.late = true;
     return;
   }
   const at::Tensor& p = params_[b.params[slot]];
   b.buffer.narrow(0, b.offsets[slot], p.numel()).view(p.sizes()).add_(g.to(at::kFloat));
-  if (first && expected_[bi][slot]) --b.waiting;
+  if (first && b.expected[slot]) --b.waiting;
   launch_ready();
 }
 
@@ -97,8 +94,8 @@ void GradientSync::finish() {
   // Next step, a bucket does not wait for parameters that got no gradient in this one (the
   // confidence head trains every few steps); should one get a gradient after all, its bucket
   // is late and summed again. Every rank sees the same graph, so the same expectations.
-  for (size_t bi = 0; bi < buckets_.size(); ++bi)
-    for (size_t slot = 0; slot < buckets_[bi].params.size(); ++slot) expected_[bi][slot] = contributions_[bi][slot] > 0;
+  for (Bucket& b : buckets_)
+    for (size_t slot = 0; slot < b.params.size(); ++slot) b.expected[slot] = b.contributions[slot] > 0;
   for (; next_ < buckets_.size(); ++next_) launch(buckets_[next_]);
   for (Bucket& b : buckets_) b.wait();
   for (Bucket& b : buckets_) {

@@ -52,9 +52,11 @@ class GradientSync {
     std::vector<int64_t> offsets;      // of each in buffer
     at::Tensor buffer;                 // [sum of numels] fp32, on the parameters' device
     at::Tensor host;                   // what is summed: the buffer, or its host copy
-    int64_t waiting = 0;               // parameters without a contribution yet
+    std::vector<int64_t> contributions;  // per parameter, this step
+    std::vector<bool> expected;          // per parameter: had a gradient last step
+    int64_t waiting = 0;                 // expected parameters without a contribution yet
     bool launched = false, late = false;
-    std::function<void()> wait;        // of the launched sum
+    std::function<void()> wait;          // of the launched sum
   };
   void on_gradient(size_t bucket, size_t slot, const at::Tensor& g);
   void launch_ready();
@@ -64,8 +66,6 @@ class GradientSync {
   std::vector<at::Tensor> params_;
   std::vector<double> divisors_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<int64_t>> contributions_;  // [bucket][slot], this step
-  std::vector<std::vector<bool>> expected_;          // [bucket][slot]: had a gradient last step
   std::vector<unsigned> hooks_;
   size_t next_ = 0;  // the next bucket to launch
   int64_t launched_early_ = 0;

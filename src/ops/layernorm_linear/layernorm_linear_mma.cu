@@ -42,37 +42,6 @@ constexpr int kStepM = 32;        // rows per step of g_kernel
 constexpr int kFeatures = 128;    // c_out per g_kernel block (16 per warp)
 constexpr int kLdF = kFeatures + 8;
 
-// ---- element access ------------------------------------------------------------------------
-
-template <typename Tin>
-__device__ __forceinline__ float4 load4(const Tin* p) {
-  if constexpr (std::is_same_v<Tin, float>) {
-    return *reinterpret_cast<const float4*>(p);
-  } else {
-    const uint2 r = *reinterpret_cast<const uint2*>(p);
-    const float2 a = unpack2<Tin>(r.x), b = unpack2<Tin>(r.y);
-    return make_float4(a.x, a.y, b.x, b.y);
-  }
-}
-
-template <typename Tin>
-__device__ __forceinline__ float2 load2(const Tin* p) {
-  if constexpr (std::is_same_v<Tin, float>) return *reinterpret_cast<const float2*>(p);
-  else return unpack2<Tin>(*reinterpret_cast<const uint32_t*>(p));
-}
-
-template <typename Tin>
-__device__ __forceinline__ void store2(Tin* p, float a, float b) {
-  if constexpr (std::is_same_v<Tin, float>) *reinterpret_cast<float2*>(p) = make_float2(a, b);
-  else *reinterpret_cast<uint32_t*>(p) = pack2<Tin>(a, b);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // ---- tile loaders (cp.async; rows or columns outside the matrix arrive as zeros) -----------
 
 // Rows [n0, n0 + rows) of w [N, 128] into dst [rows][kLd].

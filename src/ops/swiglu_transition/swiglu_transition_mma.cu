@@ -47,23 +47,6 @@ struct Shape {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
 
-template <typename Tin>
-__device__ __forceinline__ float4 load4(const Tin* p) {
-  if constexpr (std::is_same_v<Tin, float>) {
-    return *reinterpret_cast<const float4*>(p);
-  } else {
-    const uint2 r = *reinterpret_cast<const uint2*>(p);
-    const float2 a = unpack2<Tin>(r.x), b = unpack2<Tin>(r.y);
-    return make_float4(a.x, a.y, b.x, b.y);
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 __device__ __forceinline__ float silu(float a) { return a / (1.0f + __expf(-a)); }
 
 // Chunk j of both weights: w_in rows [j*HC, +HC) and [h + j*HC, +HC) into win_s [2HC][kLdC],
