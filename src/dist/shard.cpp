@@ -62,7 +62,7 @@ struct ShardCollective : public torch::autograd::Function<ShardCollective<kForwa
   }
 };
 
-at::Tensor own_rows(const at::Tensor& full, const PairShard& s) { return full.narrow(1, s.offset(), s.rows).contiguous(); }
+at::Tensor own_rows(const at::Tensor& full, const PairShard& s) { return local_rows(full, s).contiguous(); }
 
 // Backward of the gather: each rank's share of the gradient goes back to it, summed.
 using GatherRows = ShardCollective<gather_rows_raw, scatter_sum_rows>;
