@@ -9,6 +9,9 @@ code, and megafold's op (its CUDA kernels in a CUDA build of the library).
   trimul_in          hidden 128), a pair mask with 5% of tokens padded; eager and compile run
                      the PyTorch module of bench/pairformer_block.py
   pair_transition    SwiGLU transition, n = 4 (Alg. 11), that file's module too
+  residual_dropout   the pair stack's residual step after TriMul: z + dropout(gate * y), z fp32
+                     (the residual stream under autocast), y and gate bf16, a row-shared keep
+                     mask; eager and compile run that expression, megafold its residual_update
 
 Traffic counted per call (bf16 = 2 B). layernorm_linear: forward reads x and writes y; backward
 reads dy twice (dx and weight-gradient kernels), x twice, and writes dx. The other ops count
@@ -112,11 +115,33 @@ def pair_transition_case(n, impl):
     return fn, [x], grads, {"c": C_Z, "factor": N_TR}, flops_fwd, bytes_fwd, bytes_bwd
 
 
+def residual_dropout_eager(z, y, gate, scale):
+    return z + (gate * y) * scale.to(y.dtype)
+
+
+def residual_dropout_case(n, impl):
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    z = torch.randn(1, n, n, C_Z, generator=gen, device="cuda")
+    y, gate = (torch.randn(1, n, n, C_Z, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
+    scale = torch.bernoulli(torch.full((1, 1, n, C_Z), 0.75, device="cuda"), generator=gen) / 0.75
+    grads = torch.randn(1, n, n, C_Z, generator=gen, device="cuda")
+    eager = lambda z, y, gate: residual_dropout_eager(z, y, gate, scale)
+    fn = {"eager": eager, "compile": torch.compile(eager, dynamic=False),
+          "megafold": lambda z, y, gate: torch.ops.megafold.residual_update(z, y, gate, scale)}[impl]
+    rows = n * n
+    # Forward reads z (fp32), y and gate and writes the fp32 sum; backward reads the fp32
+    # gradient, y and gate and writes dy and d gate (dz is the incoming gradient itself).
+    bytes_fwd = rows * C_Z * (4 + 2 + 2 + 4)
+    bytes_bwd = rows * C_Z * (4 + 2 + 2 + 2 + 2)
+    return fn, [t.requires_grad_() for t in (z, y, gate)], grads, {"c": C_Z}, 0, bytes_fwd, bytes_bwd
+
+
 CASES = {
     "layernorm_linear": layernorm_linear_case,
     "trimul_out": lambda n, impl: trimul_case(n, impl, True),
     "trimul_in": lambda n, impl: trimul_case(n, impl, False),
     "pair_transition": pair_transition_case,
+    "residual_dropout": residual_dropout_case,
 }
 
 

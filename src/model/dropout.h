@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace megafold::model {
 
@@ -16,5 +17,11 @@ enum class DropoutAxis { kRowwise, kColumnwise };
 // is drawn for all rows and sliced, so every shard applies its part of the unsharded mask.
 at::Tensor shared_dropout(const at::Tensor& x, double rate, DropoutAxis axis, bool training,
                           uint64_t seed, int64_t rows_total = -1, int64_t row_offset = 0);
+
+// The factor shared_dropout multiplies x by, in fp32: the keep mask times 1 / (1 - rate),
+// [B, 1, N2, c] rowwise or [B, n, 1, c] columnwise; nullopt when dropout is the identity. The
+// pair stack hands it to ops::residual_update, which applies it with the residual add.
+std::optional<at::Tensor> dropout_scale(const at::Tensor& x, double rate, DropoutAxis axis, bool training,
+                                        uint64_t seed, int64_t rows_total = -1, int64_t row_offset = 0);
 
 }  // namespace megafold::model

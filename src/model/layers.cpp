@@ -48,9 +48,20 @@ TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c, b
   w_o_ = register_parameter("w_o", torch::zeros({c_z, c}));
 }
 
-at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask) {
-  return ops::triangle_multiplication(z, pair_mask, ln_in_w_, ln_in_b_, w_ab_, w_g_, ln_out_w_,
-                                      ln_out_b_, w_o_, outgoing_);
+at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask,
+                                              const std::optional<at::Tensor>& scale) {
+  // Unsharded, the rows form of the outgoing update is this computation (ops/triangle_multiplication).
+  if (outgoing_) return forward_rows(z, pair_mask, dist::PairShard{}, scale);
+  const int64_t c = w_ab_.size(0) / 4;
+  const at::Tensor proj = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
+  const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, pair_mask, c);
+  // incoming t_ij = sum_k a_ki b_kj: the outgoing form on transposed views of a and b.
+  return residual(z, ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2)), gate, scale);
+}
+
+at::Tensor TriangleMultiplicationImpl::residual(const at::Tensor& z, const at::Tensor& t, const at::Tensor& gate,
+                                                const std::optional<at::Tensor>& scale) {
+  return ops::residual_update(z, ops::layernorm_linear(t, ln_out_w_, ln_out_b_, w_o_, std::nullopt), gate, scale);
 }
 
 namespace {
@@ -69,14 +80,14 @@ at::Tensor contract_with_gathered(const at::Tensor& a, const at::Tensor& b_rows,
 }  // namespace
 
 at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const at::Tensor& pair_mask,
-                                                   const dist::PairShard& shard) {
+                                                   const dist::PairShard& shard,
+                                                   const std::optional<at::Tensor>& scale) {
   const int64_t c = w_ab_.size(0) / 4;
   if (outgoing_) {
     // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows.
     const at::Tensor proj = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
     const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, dist::local_rows(pair_mask, shard), c);
-    const at::Tensor t = contract_with_gathered(a, b, shard);
-    return ops::triangle_multiplication_output(t, gate, ln_out_w_, ln_out_b_, w_o_);
+    return residual(z, contract_with_gathered(a, b, shard), gate, scale);
   }
   // t_ij = sum_k a_ki b_kj is the outgoing form on z^T, whose rows i are these rows of the
   // output; the gate is projected from z itself.
@@ -85,7 +96,7 @@ at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const a
   const auto [a, b, no_gate] = ops::triangle_multiplication_operands(proj, dist::local_rows_transposed(pair_mask, shard), c);
   const at::Tensor t = contract_with_gathered(a, b, shard);
   const at::Tensor gate = at::sigmoid(ops::layernorm_linear(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt));
-  return ops::triangle_multiplication_output(t, gate, ln_out_w_, ln_out_b_, w_o_);
+  return residual(z, t, gate, scale);
 }
 
 TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim,

@@ -3,6 +3,8 @@
 // (src/ops); weights are laid out as those ops expect, so a fused kernel reads them as is.
 #include <torch/nn/module.h>
 
+#include <optional>
+
 #include "dist/shard.h"
 #include "model/config.h"
 
@@ -26,11 +28,19 @@ TORCH_MODULE(Transition);
 class TriangleMultiplicationImpl : public torch::nn::Module {
  public:
   TriangleMultiplicationImpl(int64_t c_z, int64_t c, bool outgoing);
-  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask);  // [B,N,N,c_z]
-  // The same update on this rank's rows of z [B, n, N, c_z] (pair_mask: the full [B, N, N]);
-  // returns this rank's rows. Outgoing gathers b; incoming works on the rows of z^T.
-  at::Tensor forward_rows(const at::Tensor& z, const at::Tensor& pair_mask, const dist::PairShard& shard);
+  // The pair stack's residual step z + scale * update [B,N,N,c_z] (scale: the dropout factor of
+  // model/dropout.h, or none): the output gate, dropout and residual add are one pass
+  // (ops::residual_update) after the output projection.
+  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask, const std::optional<at::Tensor>& scale);
+  // The same on this rank's rows of z [B, n, N, c_z] (pair_mask: the full [B, N, N]; scale:
+  // this rank's rows of it); returns this rank's rows. Outgoing gathers b; incoming works on
+  // the rows of z^T.
+  at::Tensor forward_rows(const at::Tensor& z, const at::Tensor& pair_mask, const dist::PairShard& shard,
+                          const std::optional<at::Tensor>& scale);
  private:
+  // z + scale * gate * (LayerNorm_out(t) @ w_o^T)
+  at::Tensor residual(const at::Tensor& z, const at::Tensor& t, const at::Tensor& gate,
+                      const std::optional<at::Tensor>& scale);
   bool outgoing_;
   at::Tensor ln_in_w_, ln_in_b_, w_ab_, w_g_, ln_out_w_, ln_out_b_, w_o_;
 };

@@ -8,6 +8,7 @@
 #include "core/seed.h"
 #include "model/dropout.h"
 #include "model/recompute.h"
+#include "ops/residual_update/residual_update.h"
 
 namespace megafold::model {
 
@@ -23,15 +24,15 @@ PairStackImpl::PairStackImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
 
 at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed) {
   const bool train = is_training();
-  auto drop = [&](const at::Tensor& x, DropoutAxis axis, uint64_t site) {
-    return shared_dropout(x, dropout_, axis, train, mix_seed(dropout_seed, site));
+  auto drop = [&](const at::Tensor& z, DropoutAxis axis, uint64_t site) {
+    return dropout_scale(z, dropout_, axis, train, mix_seed(dropout_seed, site));
   };
-  // AF3 SI Alg. 17 lines 2-6
+  // AF3 SI Alg. 17 lines 2-6; each residual add applies its dropout in the same pass.
   at::Tensor z = z_in;
-  z = z + drop(tri_mul_out_->forward(z, pair_mask), DropoutAxis::kRowwise, 0);
-  z = z + drop(tri_mul_in_->forward(z, pair_mask), DropoutAxis::kRowwise, 1);
-  z = z + drop(tri_attn_start_->forward(z, pair_mask), DropoutAxis::kRowwise, 2);
-  z = z + drop(tri_attn_end_->forward(z, pair_mask), DropoutAxis::kColumnwise, 3);
+  z = tri_mul_out_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0));
+  z = tri_mul_in_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1));
+  z = ops::residual_update(z, tri_attn_start_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kRowwise, 2));
+  z = ops::residual_update(z, tri_attn_end_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kColumnwise, 3));
   return z + transition_->forward(z);
 }
 
@@ -39,19 +40,20 @@ at::Tensor PairStackImpl::forward_rows(const at::Tensor& z_in, const at::Tensor&
                                        const dist::PairShard& shard) {
   const bool train = is_training();
   const int64_t N = pair_mask.size(1);
-  auto drop = [&](const at::Tensor& x, DropoutAxis axis, uint64_t site) {
-    return shared_dropout(x, dropout_, axis, train, mix_seed(dropout_seed, site), N, shard.offset());
+  auto drop = [&](const at::Tensor& z, DropoutAxis axis, uint64_t site) {
+    return dropout_scale(z, dropout_, axis, train, mix_seed(dropout_seed, site), N, shard.offset());
   };
   const at::Tensor rows_mask = dist::local_rows(pair_mask, shard);
   // AF3 SI Alg. 17 lines 2-6, as in forward()
   at::Tensor z = z_in;
-  z = z + drop(tri_mul_out_->forward_rows(z, pair_mask, shard), DropoutAxis::kRowwise, 0);
-  z = z + drop(tri_mul_in_->forward_rows(z, pair_mask, shard), DropoutAxis::kRowwise, 1);
-  z = z + drop(tri_attn_start_->forward_rows(z, rows_mask, shard), DropoutAxis::kRowwise, 2);
+  z = tri_mul_out_->forward_rows(z, pair_mask, shard, drop(z, DropoutAxis::kRowwise, 0));
+  z = tri_mul_in_->forward_rows(z, pair_mask, shard, drop(z, DropoutAxis::kRowwise, 1));
+  z = ops::residual_update(z, tri_attn_start_->forward_rows(z, rows_mask, shard), std::nullopt,
+                           drop(z, DropoutAxis::kRowwise, 2));
   // Ending node: the starting-node form on the rows of z^T, transposed back.
   const at::Tensor end_t = tri_attn_end_->forward_rows(dist::transpose_shards(z, shard),
                                                        dist::local_rows_transposed(pair_mask, shard), shard);
-  z = z + drop(dist::transpose_shards(end_t, shard), DropoutAxis::kColumnwise, 3);
+  z = ops::residual_update(z, dist::transpose_shards(end_t, shard), std::nullopt, drop(z, DropoutAxis::kColumnwise, 3));
   return z + transition_->forward(z);
 }
 
