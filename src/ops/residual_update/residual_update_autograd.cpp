@@ -19,14 +19,13 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // The kernels' view: z as [rows, c]; the scale (fp32) through strides over [d0, d1, d2, c].
-cuda::ResidualUpdateParams params(const at::Tensor& z, const at::Tensor& update, const at::Tensor& gate,
+cuda::ResidualUpdateParams params(const at::Tensor& z, at::ScalarType update_dtype, const at::Tensor& gate,
                                   const at::Tensor& scale) {
   cuda::ResidualUpdateParams p{};
   p.z_dtype = kernel_dtype(z.scalar_type());
-  p.u_dtype = kernel_dtype(update.scalar_type());
+  p.u_dtype = kernel_dtype(update_dtype);
   p.c = z.size(-1);
   p.rows = p.c == 0 ? 0 : z.numel() / p.c;
-  p.update = update.data_ptr();
   p.gate = gate.defined() ? gate.data_ptr() : nullptr;
   if (scale.defined()) {
     const at::Tensor s = scale.expand(z.sizes());
@@ -38,8 +37,9 @@ cuda::ResidualUpdateParams params(const at::Tensor& z, const at::Tensor& update,
   return p;
 }
 
-// Inputs z, update, gate (or empty), scale (or empty). Saves update, gate and scale; z is
-// not needed again (its gradient is the incoming one).
+// Inputs z, update, gate (or empty), scale (or empty). Saves the gate and the scale, and the
+// update only for the gate's gradient; z is not needed again (its gradient is the incoming
+// one). Keeping an ungated update alive would hold one more pair tensor per residual step.
 struct ResidualUpdateFunction : public torch::autograd::Function<ResidualUpdateFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& z_in, const at::Tensor& update_in,
                                const at::Tensor& gate_in, const at::Tensor& scale_in) {
@@ -48,25 +48,30 @@ struct ResidualUpdateFunction : public torch::autograd::Function<ResidualUpdateF
     const at::Tensor gate = gate_in.numel() > 0 ? aligned_rows(gate_in) : at::Tensor();
     const at::Tensor scale = scale_in.numel() > 0 ? scale_in.to(at::kFloat) : at::Tensor();
     const at::Tensor out = at::empty(z.sizes(), z.options());
-    cuda::ResidualUpdateParams p = params(z, update, gate, scale);
+    cuda::ResidualUpdateParams p = params(z, update.scalar_type(), gate, scale);
     p.z = z.data_ptr();
+    p.update = update.data_ptr();
     p.out = out.data_ptr();
     cuda::residual_update_forward(p, current_stream(z));
-    ctx->save_for_backward({update, gate_in.numel() > 0 ? gate : gate_in, scale_in.numel() > 0 ? scale : scale_in});
+    const at::Tensor none = at::empty({0}, z.options());
+    ctx->save_for_backward({gate.defined() ? update : none, gate.defined() ? gate : none, scale.defined() ? scale : none});
     ctx->saved_data["z_dtype"] = static_cast<int64_t>(z.scalar_type());
+    ctx->saved_data["update_dtype"] = static_cast<int64_t>(update.scalar_type());
     return {out};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
-    const at::Tensor& update = s[0];
     const at::Tensor gate = s[1].numel() > 0 ? s[1] : at::Tensor(), scale = s[2].numel() > 0 ? s[2] : at::Tensor();
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const c10::cuda::CUDAGuard guard(update.device());
+    const c10::cuda::CUDAGuard guard(grads[0].device());
     const auto z_dtype = static_cast<at::ScalarType>(ctx->saved_data["z_dtype"].toInt());
+    const auto update_dtype = static_cast<at::ScalarType>(ctx->saved_data["update_dtype"].toInt());
     const at::Tensor g = aligned_rows(grads[0].to(z_dtype));
-    const at::Tensor d_update = at::empty_like(update), d_gate = gate.defined() ? at::empty_like(gate) : at::Tensor();
-    cuda::ResidualUpdateParams p = params(g, update, gate, scale);
+    const at::Tensor d_update = at::empty(g.sizes(), g.options().dtype(update_dtype));
+    const at::Tensor d_gate = gate.defined() ? at::empty_like(gate) : at::Tensor();
+    cuda::ResidualUpdateParams p = params(g, update_dtype, gate, scale);
+    p.update = gate.defined() ? s[0].data_ptr() : nullptr;
     p.grad = g.data_ptr();
     p.d_update = d_update.data_ptr();
     p.d_gate = gate.defined() ? d_gate.data_ptr() : nullptr;
