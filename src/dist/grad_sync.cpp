@@ -76,9 +76,10 @@ void GradientSync::on_gradient(size_t bi, size_t slot, const at::Tensor& g) {
 }
 
 void GradientSync::launch(Bucket& b) {
-  // Gloo sums host memory: a GPU bucket goes over in one copy when it is complete.
-  b.host = b.buffer.is_cpu() ? b.buffer : b.buffer.to(at::kCPU);
-  b.wait = group_.all_reduce_sum_async(b.host);
+  // NCCL sums a GPU bucket where it is; Gloo sums host memory, so without NCCL a GPU bucket
+  // goes over in one copy when it is complete.
+  b.summed = group_.in_place(b.buffer) ? b.buffer : b.buffer.to(at::kCPU);
+  b.wait = group_.all_reduce_sum_async(b.summed);
   b.launched = true;
 }
 
@@ -103,16 +104,16 @@ void GradientSync::finish() {
     // The complete local sums, in the same flat layout, summed again (same on every rank).
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const at::Tensor& p = params_[b.params[slot]];
-      at::Tensor dst = b.host.narrow(0, b.offsets[slot], p.numel());
+      at::Tensor dst = b.summed.narrow(0, b.offsets[slot], p.numel());
       if (p.grad().defined()) dst.copy_(p.grad().reshape({-1}));
       else dst.zero_();
     }
-    group_.all_reduce_sum_async(b.host)();
+    group_.all_reduce_sum_async(b.summed)();
   }
   for (Bucket& b : buckets_) {
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       at::Tensor& p = params_[b.params[slot]];
-      const at::Tensor sum = b.host.narrow(0, b.offsets[slot], p.numel()).view(p.sizes()).div_(divisors_[b.params[slot]]);
+      const at::Tensor sum = b.summed.narrow(0, b.offsets[slot], p.numel()).view(p.sizes()).div_(divisors_[b.params[slot]]);
       at::Tensor& g = p.mutable_grad();
       // A copy, not a view of the bucket: the optimiser's zero_grad detaches .grad in place.
       if (g.defined()) g.copy_(sum);

@@ -4,8 +4,8 @@
 // order (the order backward reaches them). A hook on every parameter adds each gradient
 // contribution into its bucket's flat fp32 buffer (on the parameters' device) as autograd
 // delivers it (before accumulating it into .grad, in the same order, so the local sums are the
-// same numbers); a bucket is summed over the ranks asynchronously (Gloo, from host memory: a GPU
-// bucket is copied over once, when complete) once each of its parameters has had a contribution
+// same numbers); a bucket is summed over the ranks asynchronously (NCCL on the GPU; Gloo from
+// host memory, a GPU bucket copied over once when complete) once each of its parameters has had a contribution
 // and every earlier bucket has been launched, so every rank issues the same collectives in the
 // same order.
 //
@@ -51,7 +51,7 @@ class GradientSync {
     std::vector<size_t> params;        // indices into params_
     std::vector<int64_t> offsets;      // of each in buffer
     at::Tensor buffer;                 // [sum of numels] fp32, on the parameters' device
-    at::Tensor host;                   // what is summed: the buffer, or its host copy
+    at::Tensor summed;                 // what is summed: the buffer, or its host copy
     std::vector<int64_t> contributions;  // per parameter, this step
     std::vector<bool> expected;          // per parameter: had a gradient last step
     int64_t waiting = 0;                 // expected parameters without a contribution yet

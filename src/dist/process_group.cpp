@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "core/check.h"
+#include "dist/nccl_group.h"
 
 namespace megafold::dist {
 namespace {
@@ -55,6 +56,20 @@ DistEnv dist_env(const std::function<std::optional<std::string>(const std::strin
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<c10d::Backend> nccl;  // null without a CUDA device
+  int device = -1;                         // the CUDA device NCCL is bound to
+
+  // NCCL over its own prefix of the store (its keys would clash with Gloo's otherwise).
+  void add_nccl(int rank, int world) {
+    if (device >= 0) nccl = nccl_group(c10::make_intrusive<c10d::PrefixStore>("nccl", store), rank, world, device);
+  }
+  c10d::Backend& for_tensor(const at::Tensor& x) {
+    if (x.is_cuda() && nccl) return *nccl;
+    return *group;
+  }
+  ~Impl() {
+    if (nccl) nccl->shutdown();  // ProcessGroupNCCL warns when destroyed without it
+  }
 };
 
 namespace {
@@ -68,14 +83,20 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(const DistEnv& env) : env_(env), impl_(std::make_unique<Impl>()) {
+ProcessGroup::ProcessGroup(const DistEnv& env, c10::Device device) : env_(env), impl_(std::make_unique<Impl>()) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env.master_port);
   so.isServer = env.rank == 0;
   so.numWorkers = env.world;
   impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
   impl_->group = gloo_group(impl_->store, env.rank, env.world);
+  impl_->device = device.is_cuda() ? device.index() : -1;
+  impl_->add_nccl(env.rank, env.world);
 }
+
+std::string ProcessGroup::backend() const { return impl_->nccl ? "NCCL" : "Gloo"; }
+
+bool ProcessGroup::in_place(const at::Tensor& x) const { return x.is_cpu() || (x.is_cuda() && impl_->nccl); }
 
 ProcessGroup::ProcessGroup(const DistEnv& env, std::unique_ptr<Impl> impl) : env_(env), impl_(std::move(impl)) {}
 
@@ -92,13 +113,16 @@ std::unique_ptr<ProcessGroup> ProcessGroup::split(int size) {
                                                            std::to_string(env_.rank / size),
                                                        impl_->store);
   impl->group = gloo_group(impl->store, env.rank, env.world);
+  impl->device = impl_->device;
+  impl->add_nccl(env.rank, env.world);
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(env, std::move(impl)));
 }
 
 std::function<void()> ProcessGroup::all_reduce_sum_async(const at::Tensor& x) {
-  MF_CHECK(x.device().is_cpu() && x.is_contiguous(), "all_reduce_sum_async: takes a contiguous host tensor");
+  MF_CHECK(in_place(x) && x.is_contiguous(), "all_reduce_sum_async: takes a contiguous host tensor",
+           impl_->nccl ? " or CUDA tensor" : "", ", got one on ", x.device().str());
   std::vector<at::Tensor> t{x};
-  c10::intrusive_ptr<c10d::Work> work = impl_->group->allreduce(t);
+  c10::intrusive_ptr<c10d::Work> work = impl_->for_tensor(x).allreduce(t);
   return [work] { work->wait(); };
 }
 
@@ -110,11 +134,19 @@ double ProcessGroup::average(double v) {
 
 void ProcessGroup::barrier() { impl_->group->barrier()->wait(); }
 
+// The tensor a collective runs on: x itself where that is in place, else a host copy
+// (results go back to x's device).
+namespace {
+at::Tensor operand(const ProcessGroup& g, const at::Tensor& x) {
+  return g.in_place(x) ? x.contiguous() : x.to(at::kCPU).contiguous();
+}
+}  // namespace
+
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& x) {
-  std::vector<at::Tensor> in{x.to(at::kCPU).contiguous()};
+  std::vector<at::Tensor> in{operand(*this, x)};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int r = 0; r < env_.world; ++r) out[0].push_back(at::empty_like(in[0]));
-  impl_->group->allgather(out, in)->wait();
+  impl_->for_tensor(in[0]).allgather(out, in)->wait();
   for (at::Tensor& t : out[0]) t = t.to(x.device());
   return out[0];
 }
@@ -122,17 +154,17 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& x) {
 at::Tensor ProcessGroup::all_to_all(const at::Tensor& x) {
   MF_CHECK(x.dim() >= 1 && x.size(0) == env_.world, "all_to_all: dim 0 must be the world size ", env_.world,
            ", got ", x.size(0));
-  at::Tensor in = x.to(at::kCPU).contiguous();
+  at::Tensor in = operand(*this, x);
   at::Tensor out = at::empty_like(in);
   std::vector<int64_t> splits(env_.world, 1);
-  impl_->group->alltoall_base(out, in, splits, splits)->wait();
+  impl_->for_tensor(in).alltoall_base(out, in, splits, splits)->wait();
   return out.to(x.device());
 }
 
 void ProcessGroup::all_reduce_sum(at::Tensor& x) {
-  std::vector<at::Tensor> t{x.to(at::kCPU).contiguous()};
-  impl_->group->allreduce(t)->wait();
-  x.copy_(t[0]);
+  std::vector<at::Tensor> t{operand(*this, x)};
+  impl_->for_tensor(t[0]).allreduce(t)->wait();
+  if (!t[0].is_same(x)) x.copy_(t[0]);
 }
 
 }  // namespace megafold::dist

@@ -1,8 +1,11 @@
 #pragma once
 // The process group of a job over c10d: the ranks from the usual launch variables, the
 // collectives of the gradient all-reduce (dist/grad_sync.h) and of pair sharding (dist/shard.h).
-// Gloo carries the collectives (on CPU tensors; GPU tensors are staged through host memory).
+// Gloo carries host tensors and values. A job on GPUs adds NCCL (CUDA builds), which carries
+// CUDA tensors where they are, ordered on the current stream; without it they are staged
+// through host memory for Gloo.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <functional>
 #include <memory>
@@ -27,19 +30,26 @@ DistEnv dist_env(const std::function<std::optional<std::string>(const std::strin
 // The process group of a job; every rank constructs it (rank 0 hosts the rendezvous store).
 class ProcessGroup {
  public:
-  explicit ProcessGroup(const DistEnv& env);
+  // device: this rank's device; a CUDA device adds the NCCL group.
+  explicit ProcessGroup(const DistEnv& env, c10::Device device = c10::kCPU);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const { return env_.rank; }
   int world() const { return env_.world; }
+  // "NCCL" when CUDA tensors go through NCCL, else "Gloo".
+  std::string backend() const;
+  // Whether x's collectives run on x itself (a host tensor over Gloo, a CUDA tensor over NCCL)
+  // rather than on a host copy.
+  bool in_place(const at::Tensor& x) const;
   // The ranks in consecutive groups of `size` (world / size groups; rank r in group r / size
   // as rank r % size), each a process group of its own. Every rank must call it.
   std::unique_ptr<ProcessGroup> split(int size);
 
-  // Starts summing x (a contiguous host tensor) over the ranks in place; the returned function
-  // waits for it. x must not be touched until then. (GradientSync, dist/grad_sync.h, uses it.)
+  // Starts summing x (contiguous, in_place(x)) over the ranks in place; the returned function
+  // waits for it (for NCCL: orders the current stream after it). x must not be touched until
+  // then. (GradientSync, dist/grad_sync.h, uses it.)
   std::function<void()> all_reduce_sum_async(const at::Tensor& x);
   // The mean of v over the ranks.
   double average(double v);

@@ -45,6 +45,15 @@ c10::Device resolve_device(const std::string& spec) {
   return d;
 }
 
+void make_current(const c10::Device& device) {
+#ifdef MEGAFOLD_CUDA
+  if (!device.is_cuda()) return;
+  MF_CHECK(device.index() < c10::cuda::device_count(), "device ", device.str(), " is not a visible GPU (",
+           static_cast<int>(c10::cuda::device_count()), " visible; LOCAL_RANK picks a rank's GPU)");
+  c10::cuda::set_device(device.index());
+#endif
+}
+
 void synchronize(const c10::Device& device) {
 #ifdef MEGAFOLD_CUDA
   if (device.is_cuda()) c10::cuda::device_synchronize();

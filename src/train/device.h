@@ -10,6 +10,9 @@ namespace megafold::train {
 bool cuda_available();
 // "auto" -> cuda:0 when available, else cpu. Errors name the value and suggest a fix.
 c10::Device resolve_device(const std::string& spec);
+// Makes a CUDA device the process's current one (each rank of a multi-GPU job owns one: the
+// default stream, new tensors and NCCL then use it). Errors when it is not a visible GPU.
+void make_current(const c10::Device& device);
 void synchronize(const c10::Device& device);
 void reset_peak_memory(const c10::Device& device);
 // Peak bytes: CUDA caching-allocator peak on GPU, process peak RSS on CPU.

@@ -174,12 +174,14 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   MF_CHECK(cfg.data.crop_size % opts.pair_shards == 0, "--pair-shards ", opts.pair_shards,
            " must divide data.crop_size (", cfg.data.crop_size, "): each rank holds an equal block of pair rows");
   const int data_rank = env.rank / opts.pair_shards, data_world = env.world / opts.pair_shards;
-  std::unique_ptr<dist::ProcessGroup> dp, pairs;
-  if (env.world > 1) dp = std::make_unique<dist::ProcessGroup>(env);
-  if (opts.pair_shards > 1) pairs = dp->split(opts.pair_shards);
-  const bool lead = env.rank == 0, quiet = opts.quiet || !lead;
   c10::Device device = resolve_device(cfg.device);
   if (device.is_cuda() && env.world > 1) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  make_current(device);
+  // On GPUs the gradients and the pair shards travel over NCCL, on the CPU over Gloo.
+  std::unique_ptr<dist::ProcessGroup> dp, pairs;
+  if (env.world > 1) dp = std::make_unique<dist::ProcessGroup>(env, device);
+  if (opts.pair_shards > 1) pairs = dp->split(opts.pair_shards);
+  const bool lead = env.rank == 0, quiet = opts.quiet || !lead;
   const bool autocast = device.is_cuda() && cfg.bf16;
   at::set_num_threads(cfg.threads > 0 ? static_cast<int>(cfg.threads)
                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -230,7 +232,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   if (lead) metrics.emplace((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
   if (dp)
     say("data parallel: " + std::to_string(data_world) + " groups of " + std::to_string(opts.pair_shards) +
-        (opts.pair_shards > 1 ? " ranks sharding the pair representation by rows" : " rank") + " (Gloo), " +
+        (opts.pair_shards > 1 ? " ranks sharding the pair representation by rows" : " rank") + " (" + dp->backend() + "), " +
         std::to_string(cfg.data.batch_size) + " examples per group and step");
   // The sum of every rank's gradients, divided so that each parameter gets the mean over the
   // data-parallel groups: row-sharded parameters' rank shares add up to their group's gradient,

@@ -3,6 +3,8 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tanh.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -59,20 +61,27 @@ TEST(DistEnv, BadValuesNameTheVariable) {
   EXPECT_NE(error_of({{"WORLD_SIZE", "0"}}).find("must be >= 1"), std::string::npos);
 }
 
+DistEnv one_rank() {
+  DistEnv env;
+  env.master_port = 20000 + static_cast<int>(getpid() % 20000);
+  return env;
+}
+
 // GradientSync on a one-rank group (the sum over ranks is the identity, so the result must be
 // each parameter's own gradient, divided): buckets of one parameter each launch while backward
 // runs; a parameter that a checkpointed segment's nested backward and the outer backward both
 // reach gets two contributions, the second after its bucket was launched, and is summed again
-// from .grad. Multi-rank sums are covered by the training tests (tests/python).
-TEST(GradientSync, LaunchesDuringBackwardAndResumsLateBuckets) {
+// from .grad. On a GPU the buckets stay there and NCCL sums them. Multi-rank sums are covered
+// by the training tests (tests/python).
+void check_gradient_sync(c10::Device device) {
   testing::fresh_seed();
-  DistEnv env;
-  env.master_port = 20000 + static_cast<int>(getpid() % 20000);
-  ProcessGroup group(env);
-  const at::Tensor w_inner = at::randn({3, 4}).requires_grad_(), w_shared = at::randn({4}).requires_grad_();
-  const at::Tensor w_outer = at::randn({4, 2}).requires_grad_();
+  ProcessGroup group(one_rank(), device);
+  EXPECT_EQ(group.backend(), device.is_cuda() ? "NCCL" : "Gloo");
+  const auto o = at::TensorOptions().device(device);
+  const at::Tensor w_inner = at::randn({3, 4}, o).requires_grad_(), w_shared = at::randn({4}, o).requires_grad_();
+  const at::Tensor w_outer = at::randn({4, 2}, o).requires_grad_();
   const std::vector<at::Tensor> params = {w_inner, w_shared, w_outer};
-  const at::Tensor x = at::randn({5, 3});
+  const at::Tensor x = at::randn({5, 3}, o);
   auto loss = [&] {
     const model::TensorFn segment = [&](const std::vector<at::Tensor>& in) {
       return std::vector<at::Tensor>{at::tanh(at::matmul(in[0], w_inner) * w_shared)};
@@ -95,8 +104,52 @@ TEST(GradientSync, LaunchesDuringBackwardAndResumsLateBuckets) {
     EXPECT_EQ(sync.buckets(), 3);
     EXPECT_EQ(sync.launched_during_backward(), 3);
     EXPECT_EQ(sync.late_buckets(), 1);  // w_shared
-    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i].grad(), expected[i])) << i;
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(params[i].grad().device(), device);
+      EXPECT_TRUE(at::equal(params[i].grad(), expected[i])) << i;
+    }
   }
+}
+
+TEST(GradientSync, LaunchesDuringBackwardAndResumsLateBuckets) { check_gradient_sync(c10::kCPU); }
+
+TEST(GradientSyncGpu, BucketsStayOnTheGpuAndNcclSumsThem) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  check_gradient_sync(c10::Device(c10::kCUDA, 0));
+}
+
+// The collectives on CUDA tensors of a one-rank NCCL group run on the tensors themselves and
+// return them unchanged (gather: one copy; all-to-all: the identity; sum: the identity); a
+// strided input is made contiguous, host tensors still go over Gloo.
+TEST(ProcessGroupGpu, NcclCarriesCudaTensorsInPlace) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  testing::fresh_seed();
+  ProcessGroup group(one_rank(), c10::Device(c10::kCUDA, 0));
+  const at::Tensor x = at::randn({1, 5, 7}, at::TensorOptions().device(at::kCUDA));
+  EXPECT_TRUE(group.in_place(x));
+  EXPECT_TRUE(group.in_place(x.cpu()));
+  const std::vector<at::Tensor> gathered = group.all_gather(x.transpose(1, 2));
+  ASSERT_EQ(gathered.size(), 1u);
+  EXPECT_TRUE(gathered[0].is_cuda());
+  EXPECT_TRUE(at::equal(gathered[0], x.transpose(1, 2)));
+  EXPECT_TRUE(at::equal(group.all_to_all(x), x));
+  at::Tensor y = x.clone();
+  group.all_reduce_sum(y);
+  EXPECT_TRUE(at::equal(y, x));
+  at::Tensor h = x.cpu();
+  group.all_reduce_sum(h);
+  EXPECT_TRUE(at::equal(h, x.cpu()));
+  EXPECT_NEAR(group.average(2.5), 2.5, 0.0);
+  // A split group of one rank has its own NCCL communicator.
+  const std::unique_ptr<ProcessGroup> sub = group.split(1);
+  EXPECT_EQ(sub->backend(), "NCCL");
+  EXPECT_TRUE(at::equal(sub->all_to_all(x), x));
+}
+
+TEST(ProcessGroup, CpuJobsUseGloo) {
+  ProcessGroup group(one_rank());
+  EXPECT_EQ(group.backend(), "Gloo");
+  EXPECT_TRUE(group.in_place(at::zeros({2})));
 }
 
 }  // namespace
