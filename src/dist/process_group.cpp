@@ -1,6 +1,7 @@
 #include "dist/process_group.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
@@ -165,6 +166,26 @@ void ProcessGroup::all_reduce_sum(at::Tensor& x) {
   std::vector<at::Tensor> t{operand(*this, x)};
   impl_->for_tensor(t[0]).allreduce(t)->wait();
   if (!t[0].is_same(x)) x.copy_(t[0]);
+}
+
+std::function<void()> ProcessGroup::shift_async(const at::Tensor& x, const at::Tensor& out, int to, int from) {
+  MF_CHECK(x.is_non_overlapping_and_dense() && out.is_non_overlapping_and_dense() && x.numel() == out.numel() &&
+               x.scalar_type() == out.scalar_type(),
+           "shift_async: x and out must be dense tensors of one size and dtype");
+  // An all-to-all with one non-empty block each way: point-to-point on both backends, with no
+  // pairing of sends and receives to get wrong (for P = 2 left and right are the same rank).
+  auto flat = [](const at::Tensor& t) { return t.as_strided({t.numel()}, {1}); };
+  at::Tensor send = in_place(x) ? flat(x) : flat(x).to(at::kCPU);
+  at::Tensor recv = in_place(out) ? flat(out) : at::empty({out.numel()}, send.options());
+  std::vector<int64_t> send_splits(env_.world, 0), recv_splits(env_.world, 0);
+  send_splits[to] = x.numel();
+  recv_splits[from] = out.numel();
+  c10::intrusive_ptr<c10d::Work> work =
+      impl_->for_tensor(send).alltoall_base(recv, send, recv_splits, send_splits);
+  return [work, send, recv, out, flat] {
+    work->wait();
+    if (!recv.is_same(flat(out))) flat(out).copy_(recv);
+  };
 }
 
 }  // namespace megafold::dist

@@ -60,6 +60,11 @@ class ProcessGroup {
   at::Tensor all_to_all(const at::Tensor& x);
   // Sum of x over the ranks, in place.
   void all_reduce_sum(at::Tensor& x);
+  // Starts sending x to rank `to` while out (x's size and dtype, x's device) is received from
+  // rank `from`; every rank calls it at the same point, the (to, from) pairs forming a
+  // permutation (a ring shift). x and out are dense; neither may be touched until the returned
+  // function, which waits, has run. Result where out lives, staged through the host if need be.
+  std::function<void()> shift_async(const at::Tensor& x, const at::Tensor& out, int to, int from);
   void barrier();
 
  private:

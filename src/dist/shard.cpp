@@ -1,6 +1,8 @@
 #include "dist/shard.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/autograd.h>
 
 #include "core/check.h"
@@ -74,7 +76,83 @@ using JoinRows = ShardCollective<gather_rows_raw, own_rows>;
 // The shard transpose is its own inverse.
 using TransposeShards = ShardCollective<transpose_raw, transpose_raw>;
 
+// The ring of ring_contract: rank r passes to r - 1 and receives from r + 1; after s passes it
+// holds the block that rank r + s owns.
+struct Ring {
+  PairShard s;
+  int left() const { return static_cast<int>((s.rank + s.ranks - 1) % s.ranks); }
+  int right() const { return static_cast<int>((s.rank + 1) % s.ranks); }
+  int64_t owner(int64_t step) const { return (s.rank + step) % s.ranks; }
+  // Starts passing x on; returns the tensor it will arrive in and the wait.
+  std::pair<at::Tensor, std::function<void()>> pass(const at::Tensor& x_in) const {
+    const at::Tensor x = x_in.is_non_overlapping_and_dense() ? x_in : x_in.contiguous();
+    at::Tensor next = at::empty_like(x);  // x's memory order (channel-major operands stay so)
+    return {next, s.group->shift_async(x, next, left(), right())};
+  }
+};
+
+struct RingContractFunction : public torch::autograd::Function<RingContractFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b_rows, int64_t group,
+                               int64_t rank, int64_t ranks, int64_t rows, int64_t contract) {
+    const Ring ring{{reinterpret_cast<ProcessGroup*>(group), rank, ranks, rows}};
+    const auto fn = reinterpret_cast<Contract>(contract);
+    std::vector<at::Tensor> blocks(ranks);
+    at::Tensor cur = b_rows;
+    for (int64_t step = 0; step < ranks; ++step) {
+      std::pair<at::Tensor, std::function<void()>> next;
+      if (step + 1 < ranks) next = ring.pass(cur);  // in flight during this block's contraction
+      blocks[ring.owner(step)] = fn(a, cur);
+      if (step + 1 < ranks) {
+        next.second();
+        cur = next.first;
+      }
+    }
+    ctx->save_for_backward({a, b_rows});
+    ctx->saved_data["ring"] = std::vector<int64_t>{group, rank, ranks, rows, contract};
+    return {at::cat(blocks, 2)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const variable_list saved = ctx->get_saved_variables();
+    const std::vector<int64_t> v = ctx->saved_data["ring"].toIntVector();
+    const Ring ring{{reinterpret_cast<ProcessGroup*>(v[0]), v[1], v[2], v[3]}};
+    const auto fn = reinterpret_cast<Contract>(v[4]);
+    const at::Tensor& a = saved[0];
+    const int64_t ranks = ring.s.ranks, n = ring.s.rows;
+    at::Tensor da, cur = saved[1];
+    std::pair<at::Tensor, std::function<void()>> db;  // the travelling gradient of the block held
+    const at::AutoGradMode grad_mode(true);
+    for (int64_t step = 0; step < ranks; ++step) {
+      std::pair<at::Tensor, std::function<void()>> next;
+      if (step + 1 < ranks) next = ring.pass(cur);
+      // This rank's share of the block's gradients: differentiate the local contraction.
+      const at::Tensor a_in = a.detach().requires_grad_(), b_in = cur.detach().requires_grad_();
+      const variable_list d = torch::autograd::grad({fn(a_in, b_in)}, {a_in, b_in},
+                                                    {g[0].narrow(2, ring.owner(step) * n, n)});
+      da = step == 0 ? d[0] : da + d[0];
+      at::Tensor db_block = d[1];
+      if (step > 0) {
+        db.second();  // the shares of the ranks after this one, for the same block
+        db_block = db.first + db_block;
+      }
+      db = ring.pass(db_block);  // on to the previous rank; the last pass reaches the owner
+      if (step + 1 < ranks) {
+        next.second();
+        cur = next.first;
+      }
+    }
+    db.second();
+    return {da, db.first, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor ring_contract(const at::Tensor& a, const at::Tensor& b_rows, const PairShard& s, Contract contract) {
+  if (!s.sharded()) return contract(a, b_rows);
+  return RingContractFunction::apply(a, b_rows, reinterpret_cast<int64_t>(s.group), s.rank, s.ranks, s.rows,
+                                     reinterpret_cast<int64_t>(contract))[0];
+}
 
 PairShard make_pair_shard(ProcessGroup& group, int64_t n_tokens) {
   MF_CHECK(n_tokens % group.world() == 0, "pair sharding: ", n_tokens, " tokens do not split into ", group.world(),

@@ -46,6 +46,17 @@ at::Tensor join_rows(const at::Tensor& x, const PairShard& shard);
 // x [B, n, N, ...] rows of z -> [B, n, N, ...] rows of z^T (z^T[i, k] = z[k, i]).
 at::Tensor transpose_shards(const at::Tensor& x, const PairShard& shard);
 
+// The N^3 contraction of the outgoing triangle update on row shards without gathering b:
+// t[:, i, j] = contract(a, b)[:, i, j] over this rank's rows i of a [B, n, K, c] and every
+// rank's rows j of b (this rank holds b_rows [B, n, K, c]). b's row blocks travel round the
+// ring (each rank sends to the one before it): while one block is contracted, the next is on
+// its way. Backward runs the ring again; each block's gradient travels with it, every rank
+// adding its share, and arrives complete at the block's owner. So a rank holds two blocks of b
+// at a time, never all of b, and keeps a and its own b_rows for backward. contract is the
+// (differentiable) local contraction; backward differentiates it per block.
+using Contract = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
+at::Tensor ring_contract(const at::Tensor& a, const at::Tensor& b_rows, const PairShard& shard, Contract contract);
+
 // This rank's rows of a full [B, N, ...] tensor (a view), and of its transpose in dims 1, 2.
 at::Tensor local_rows(const at::Tensor& full, const PairShard& shard);
 at::Tensor local_rows_transposed(const at::Tensor& full, const PairShard& shard);

@@ -6,7 +6,6 @@
 
 #include <cmath>
 
-#include "model/recompute.h"
 #include "ops/ops.h"
 
 namespace megafold::model {
@@ -64,21 +63,6 @@ at::Tensor TriangleMultiplicationImpl::residual(const at::Tensor& z, const at::T
   return ops::residual_update(z, ops::layernorm_linear(t, ln_out_w_, ln_out_b_, w_o_, std::nullopt), gate, scale);
 }
 
-namespace {
-
-// t = contract(a, all rows of b) for this rank's rows of a. Sharded, autograd would keep the
-// gathered b (all N rows) on every rank; instead b's own rows are kept and gathered again in
-// backward, so what a rank holds for backward stays 1/P of the pair tensors.
-at::Tensor contract_with_gathered(const at::Tensor& a, const at::Tensor& b_rows, const dist::PairShard& shard) {
-  if (!shard.sharded()) return ops::triangle_multiplication_contract(a, b_rows);
-  const TensorFn fn = [shard](const std::vector<at::Tensor>& x) {
-    return std::vector<at::Tensor>{ops::triangle_multiplication_contract(x[0], dist::gather_rows(x[1], shard))};
-  };
-  return checkpointed(fn, {a, b_rows})[0];
-}
-
-}  // namespace
-
 at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const at::Tensor& pair_mask,
                                                    const dist::PairShard& shard,
                                                    const std::optional<at::Tensor>& scale) {
@@ -87,14 +71,14 @@ at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const a
     // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows.
     const at::Tensor proj = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
     const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, dist::local_rows(pair_mask, shard), c);
-    return residual(z, contract_with_gathered(a, b, shard), gate, scale);
+    return residual(z, dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract), gate, scale);
   }
   // t_ij = sum_k a_ki b_kj is the outgoing form on z^T, whose rows i are these rows of the
   // output; the gate is projected from z itself.
   const at::Tensor zt = dist::transpose_shards(z, shard);
   const at::Tensor proj = ops::layernorm_linear(zt, ln_in_w_, ln_in_b_, w_ab_, std::nullopt);
   const auto [a, b, no_gate] = ops::triangle_multiplication_operands(proj, dist::local_rows_transposed(pair_mask, shard), c);
-  const at::Tensor t = contract_with_gathered(a, b, shard);
+  const at::Tensor t = dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract);
   const at::Tensor gate = at::sigmoid(ops::layernorm_linear(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt));
   return residual(z, t, gate, scale);
 }

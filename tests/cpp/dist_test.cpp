@@ -140,6 +140,11 @@ TEST(ProcessGroupGpu, NcclCarriesCudaTensorsInPlace) {
   group.all_reduce_sum(h);
   EXPECT_TRUE(at::equal(h, x.cpu()));
   EXPECT_NEAR(group.average(2.5), 2.5, 0.0);
+  // A ring pass to itself of a channel-major view: the memory goes over as it lies.
+  const at::Tensor cm = x.permute({0, 2, 1});
+  const at::Tensor got = at::empty_like(cm);
+  group.shift_async(cm, got, 0, 0)();
+  EXPECT_TRUE(at::equal(got, cm));
   // A split group of one rank has its own NCCL communicator.
   const std::unique_ptr<ProcessGroup> sub = group.split(1);
   EXPECT_EQ(sub->backend(), "NCCL");
@@ -147,9 +152,14 @@ TEST(ProcessGroupGpu, NcclCarriesCudaTensorsInPlace) {
 }
 
 TEST(ProcessGroup, CpuJobsUseGloo) {
+  testing::fresh_seed();
   ProcessGroup group(one_rank());
   EXPECT_EQ(group.backend(), "Gloo");
   EXPECT_TRUE(group.in_place(at::zeros({2})));
+  const at::Tensor x = at::randn({2, 3, 4}).permute({2, 0, 1}), got = at::empty_like(x);
+  group.shift_async(x, got, 0, 0)();
+  EXPECT_TRUE(at::equal(got, x));
+  EXPECT_THROW(group.shift_async(x, at::empty({5}), 0, 0), Error);
 }
 
 }  // namespace
