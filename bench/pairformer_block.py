@@ -7,6 +7,8 @@ forward + backward on random inputs, bf16 autocast over fp32 residual streams, s
   megafold-reference  the same block with every op on its ATen reference (the "before")
   megafold-kernel-rows  megafold-kernel with the pair stack on its row-sharded path, one rank
                       (issue 7: the cost of that path at P = 1; not in the default list)
+  megafold-kernel-rows-pP  the pair rows sharded over P ranks, one GPU each (NCCL): a step takes
+                      as long as the slowest rank, peak memory is the fullest rank's
   eager               the same block written in plain PyTorch below
   compile             torch.compile of that PyTorch block
 
@@ -162,11 +164,13 @@ def torch_block(n, impl, steps, warmup):
 
 
 def megafold_block(binary, n, impl, steps, warmup):
-    # megafold-<ops>[-rows]: -rows times the pair stack's row-sharded path on one rank.
-    ops, _, path = impl.split("-", 1)[1].partition("-")
+    # megafold-<ops>[-rows[-pP]]: -rows times the pair stack's row-sharded path, on P ranks.
+    parts = impl.split("-")[1:]
+    ops, path = parts[0], parts[1] if len(parts) > 1 else "plain"
+    ranks = parts[2].removeprefix("p") if len(parts) > 2 else "1"
     out = subprocess.run([binary, "block", "--n", str(n), "--steps", str(steps), "--warmup", str(warmup),
-                          "--ops", ops, "--pair-path", path or "plain"], capture_output=True, text=True,
-                         check=True).stdout
+                          "--ops", ops, "--pair-path", path] + (["--nproc", ranks] if ranks != "1" else []),
+                         capture_output=True, text=True, check=True).stdout
     row = json.loads(out.strip().splitlines()[-1])
     return {k: row[k] for k in ("fwd_ms", "fwdbwd_ms", "min_ms", "peak_gb")}
 

@@ -1,22 +1,30 @@
 // `megafold block`: forward and forward + backward time and peak memory of one Pairformer block (AF3 Alg.
 // 17) of this C++ model, as the trainer runs it (training mode with dropout, bf16 autocast on
 // GPU with fp32 residual streams), at a given token count. --ops reference runs every op on
-// its ATen reference instead of the CUDA kernels: the before/after of a kernel.
+// its ATen reference instead of the CUDA kernels: the before/after of a kernel. With several
+// ranks (--nproc P, or a launcher's) the pair rows are sharded over them as under
+// `train --pair-shards P` (one GPU per rank, NCCL); a step's time is the slowest rank's.
 #include <ATen/Context.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/randn_like.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/tensor.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include "cli/args.h"
-#include "core/check.h"
+#include "cli/local_ranks.h"
 #include "core/autocast.h"
+#include "core/check.h"
+#include "dist/process_group.h"
+#include "dist/shard.h"
 #include "model/pairformer.h"
 #include "ops/reference_mode.h"
 #include "train/device.h"
@@ -30,7 +38,8 @@ int block_main(const std::vector<std::string>& argv) {
       {"warmup", "K", "untimed steps first (default 5)"},
       {"ops", "kernel|reference", "CUDA kernels where registered, or the ATen references (default kernel)"},
       {"pair-path", "plain|rows", "the pair stack's plain path, or its row-sharded one on one rank (default plain)"},
-      {"device", "auto|cpu|cuda[:i]", "device (default auto)"},
+      {"device", "auto|cpu|cuda[:i]", "device (default auto; with several ranks, rank r takes cuda:LOCAL_RANK)"},
+      {"nproc", "P", "local ranks sharding the pair rows (default: the launcher's ranks, or 1)"},
       {"seed", "N", "parameter and input seed (default 0)"},
       {"help", "", "show this help"},
   };
@@ -43,6 +52,11 @@ int block_main(const std::vector<std::string>& argv) {
                        specs);
     return 0;
   }
+  if (args.has("nproc")) {
+    const int64_t p = args.get_int("nproc", 1);
+    MF_CHECK(p >= 1 && p <= 64, "--nproc must lie in [1, 64], got ", p);
+    return run_local_ranks("block", static_cast<int>(p), without_nproc(argv));
+  }
   const int64_t n = args.get_int("n", 384);
   const int64_t steps = args.get_int("steps", 20);
   const int64_t warmup = args.get_int("warmup", 5);
@@ -53,9 +67,21 @@ int block_main(const std::vector<std::string>& argv) {
   ops::set_reference_only(ops_mode == "reference");
   const std::string pair_path = args.get("pair-path").value_or("plain");
   MF_CHECK(pair_path == "plain" || pair_path == "rows", "--pair-path must be plain or rows, not '", pair_path, "'");
-  const dist::PairShard one_rank;  // unsharded: the collectives are identities
-  const c10::Device device = train::resolve_device(args.get("device").value_or("auto"));
-  at::manual_seed(static_cast<uint64_t>(args.get_int("seed", 0)));
+  const dist::DistEnv env = dist::dist_env();
+  MF_CHECK(env.world == 1 || pair_path == "rows" || !args.get("pair-path"), "--pair-path plain runs on one rank, not ",
+           env.world);
+  c10::Device device = train::resolve_device(args.get("device").value_or("auto"));
+  if (device.is_cuda() && env.world > 1) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  train::make_current(device);
+  std::unique_ptr<dist::ProcessGroup> group;
+  dist::PairShard shard;  // unsharded on one rank: the collectives are identities
+  if (env.world > 1) {
+    group = std::make_unique<dist::ProcessGroup>(env, device);
+    shard = dist::make_pair_shard(*group, n);
+  }
+  const bool rows = pair_path == "rows" || env.world > 1;
+  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  at::manual_seed(seed);  // parameters and the single track: the same on every rank
 
   const model::ModelConfig cfg;  // AF3 trunk widths
   model::PairformerBlock block(cfg);
@@ -63,22 +89,26 @@ int block_main(const std::vector<std::string>& argv) {
   block->train();
   const auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
   const at::Tensor s0 = at::randn({1, n, cfg.c_s}, f32).requires_grad_();
-  const at::Tensor z0 = at::randn({1, n, n, cfg.c_z}, f32).requires_grad_();
+  const at::Tensor ds = at::randn_like(s0);
   const at::Tensor token_mask = at::ones({1, n}, f32);
   const at::Tensor pair_mask = at::ones({1, n, n}, f32);
-  const at::Tensor ds = at::randn_like(s0), dz = at::randn_like(z0);
+  at::manual_seed(seed + 1 + static_cast<uint64_t>(env.rank));  // this rank's pair rows only
+  const int64_t my_rows = shard.sharded() ? shard.rows : n;
+  const at::Tensor z0 = at::randn({1, my_rows, n, cfg.c_z}, f32).requires_grad_();
+  const at::Tensor dz = at::randn_like(z0);
 
   // Forward alone (recording for backward, as in training) and forward + backward.
   std::vector<double> fwd_ms, total_ms;
   train::reset_peak_memory(device);
   for (int64_t step = 0; step < warmup + steps; ++step) {
     train::synchronize(device);
+    if (group) group->barrier();  // the ranks start each step together
     const auto t0 = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point t1;
     {
       const AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
-      const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, step,
-                                                                 pair_path == "rows" ? &one_rank : nullptr);
+      const model::PairformerState out =
+          block->forward({s0, z0}, token_mask, pair_mask, step, rows ? &shard : nullptr);
       train::synchronize(device);
       t1 = std::chrono::steady_clock::now();
       torch::autograd::backward({out.s, out.z}, {ds, dz});
@@ -93,16 +123,33 @@ int block_main(const std::vector<std::string>& argv) {
     z0.mutable_grad().reset();
     block->zero_grad(/*set_to_none=*/true);
   }
+  double peak_gb = train::peak_memory_gb(device);
+  if (group) {
+    // Each step as long as its slowest rank; memory: the fullest rank.
+    std::vector<double> mine = fwd_ms;
+    mine.insert(mine.end(), total_ms.begin(), total_ms.end());
+    mine.push_back(peak_gb);
+    const std::vector<at::Tensor> all = group->all_gather(at::tensor(mine, at::TensorOptions().dtype(at::kDouble)));
+    const at::Tensor worst = at::stack(all).amax(0);
+    const std::vector<double> w(worst.data_ptr<double>(), worst.data_ptr<double>() + worst.numel());
+    fwd_ms.assign(w.begin(), w.begin() + steps);
+    total_ms.assign(w.begin() + steps, w.begin() + 2 * steps);
+    peak_gb = w.back();
+  }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("{\"op\": \"pairformer_block\", \"impl\": \"megafold-%s%s\", \"n\": %lld, \"c_s\": %lld, "
-              "\"c_z\": %lld, \"device\": \"%s\", \"fwd_ms\": %.3f, \"fwdbwd_ms\": %.3f, \"min_ms\": %.3f, "
-              "\"peak_gb\": %.3f}\n",
-              ops_mode.c_str(), pair_path == "rows" ? "-rows" : "", static_cast<long long>(n), static_cast<long long>(cfg.c_s),
-              static_cast<long long>(cfg.c_z), device.str().c_str(), median(fwd_ms), median(total_ms),
-              *std::min_element(total_ms.begin(), total_ms.end()), train::peak_memory_gb(device));
+  const std::string impl = "megafold-" + ops_mode + (rows ? "-rows" : "") +
+                           (env.world > 1 ? "-p" + std::to_string(env.world) : "");
+  if (env.rank == 0)
+    std::printf("{\"op\": \"pairformer_block\", \"impl\": \"%s\", \"n\": %lld, \"c_s\": %lld, \"c_z\": %lld, "
+                "\"ranks\": %d, \"device\": \"%s\", \"fwd_ms\": %.3f, \"fwdbwd_ms\": %.3f, \"min_ms\": %.3f, "
+                "\"peak_gb\": %.3f}\n",
+                impl.c_str(), static_cast<long long>(n), static_cast<long long>(cfg.c_s),
+                static_cast<long long>(cfg.c_z), env.world, device.str().c_str(), median(fwd_ms), median(total_ms),
+                *std::min_element(total_ms.begin(), total_ms.end()), peak_gb);
+  if (group) group->barrier();
   return 0;
 }
 

@@ -114,3 +114,16 @@ def test_two_gpus_over_nccl_train_as_one(megafold_bin, source_dir, tmp_path, sha
     assert len(two) == len(one) == 4
     for (s, l, g), (s1, l1, g1) in zip(two, one):
         assert s == s1 and abs(l - l1) <= 1e-3 * abs(l1) and abs(g - g1) <= 1e-3 * abs(g1), (s, l, l1, g, g1)
+
+
+def test_block_timing_on_sharded_ranks(megafold_bin):
+    """`megafold block --nproc P` (the multi-GPU measurement of the sharded block) runs its ranks
+    and reports one row for all of them; the tokens must split evenly."""
+    r = subprocess.run([megafold_bin, "block", "--nproc", "2", "--n", "8", "--device", "cpu", "--steps", "2",
+                        "--warmup", "1"], capture_output=True, text=True, timeout=300, check=True)
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    assert row["impl"] == "megafold-kernel-rows-p2" and row["ranks"] == 2 and row["n"] == 8, row
+    assert 0 < row["fwd_ms"] <= row["fwdbwd_ms"], row
+    bad = subprocess.run([megafold_bin, "block", "--nproc", "2", "--n", "7", "--device", "cpu", "--steps", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "7 tokens do not split into 2 equal row blocks" in bad.stderr, bad.stderr
