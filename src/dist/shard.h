@@ -53,7 +53,7 @@ at::Tensor transpose_shards(const at::Tensor& x, const PairShard& shard);
 // its way. Backward runs the ring again; each block's gradient travels with it, every rank
 // adding its share, and arrives complete at the block's owner. So a rank holds two blocks of b
 // at a time, never all of b, and keeps a and its own b_rows for backward. contract is the
-// (differentiable) local contraction; backward differentiates it per block.
+// local contraction (that form: backward applies it to transposed operands).
 using Contract = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
 at::Tensor ring_contract(const at::Tensor& a, const at::Tensor& b_rows, const PairShard& shard, Contract contract);
 

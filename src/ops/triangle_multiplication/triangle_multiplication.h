@@ -30,14 +30,16 @@ at::Tensor triangle_multiplication(const at::Tensor& z, const std::optional<at::
                                    const at::Tensor& ln_out_bias, const at::Tensor& w_o,
                                    bool outgoing);
 
-// The op's three stages, shared with the row-sharded pair stack (dist/shard.h), which gathers
-// b between the first and the second:
+// The op's stages between its input and output projections, shared with the model's pair
+// stack (model/layers.cpp), which passes b round the ranks between the two when the pair rows
+// are sharded (dist::ring_contract) and applies the output gate with dropout and the residual
+// add in one pass (ops::residual_update):
 //   operands: a, b [..., c] from the projection's first 4c columns (p_a, p_b, g_a, g_b) and the
 //             mask, and gate = sigmoid of its remaining columns (the output gate's logits;
 //             [..., 0] when there are none).
 //   contract: outgoing form t[b, i, j, :] = sum_k a[b, i, k, :] * b[b, j, k, :] for a's rows i
 //             and b's rows j (incoming = outgoing on transposed a and b).
-//   output:   gate * (LayerNorm_out(t) @ w_o^T).
+// The op's output is gate * (LayerNorm_out(t) @ w_o^T).
 // operands and contract are dispatcher ops (torch.ops.megafold.triangle_multiplication_*):
 // on CUDA with 16-bit tensors their kernels keep a and b channel-major ([B, c, N, N] memory
 // behind [B, N, N, c] views), so the contraction is cuBLAS on them without copies, and the
@@ -48,9 +50,6 @@ struct TriangleMultiplicationOperands {
 TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor& proj,
                                                                 const std::optional<at::Tensor>& mask, int64_t c);
 at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b);
-at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate,
-                                          const at::Tensor& ln_out_weight, const at::Tensor& ln_out_bias,
-                                          const at::Tensor& w_o);
 // The ATen references of the two dispatcher stages.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_operands_ref(
     const at::Tensor& proj, const std::optional<at::Tensor>& mask, int64_t c);

@@ -32,12 +32,6 @@ at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::T
   return at::matmul(a_c, b_c.transpose(-1, -2)).permute({0, 2, 3, 1});  // [B, i, j, c]
 }
 
-at::Tensor triangle_multiplication_output(const at::Tensor& t, const at::Tensor& gate,
-                                          const at::Tensor& ln_out_weight, const at::Tensor& ln_out_bias,
-                                          const at::Tensor& w_o) {
-  return gate * layernorm_linear(t, ln_out_weight, ln_out_bias, w_o, std::nullopt);
-}
-
 at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<at::Tensor>& mask,
                                        const at::Tensor& ln_in_weight,
                                        const at::Tensor& ln_in_bias, const at::Tensor& w_ab,
@@ -70,7 +64,7 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
   // incoming t_ij = sum_k a_ki b_kj is the outgoing form on the transposed operands (views).
   const at::Tensor t = outgoing ? triangle_multiplication_contract(a, b)
                                 : triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2));
-  return triangle_multiplication_output(t, gate, ln_out_weight, ln_out_bias, w_o);
+  return gate * layernorm_linear(t, ln_out_weight, ln_out_bias, w_o, std::nullopt);
 }
 
 }  // namespace megafold::ops
