@@ -182,9 +182,10 @@ std::function<void()> ProcessGroup::shift_async(const at::Tensor& x, const at::T
   recv_splits[from] = out.numel();
   c10::intrusive_ptr<c10d::Work> work =
       impl_->for_tensor(send).alltoall_base(recv, send, recv_splits, send_splits);
-  return [work, send, recv, out, flat] {
+  const bool staged = !in_place(out);
+  return [work, send, recv, out, flat, staged] {
     work->wait();
-    if (!recv.is_same(flat(out))) flat(out).copy_(recv);
+    if (staged) flat(out).copy_(recv);
   };
 }
 
