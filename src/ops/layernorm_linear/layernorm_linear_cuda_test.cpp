@@ -71,6 +71,7 @@ class LayerNormLinearCuda : public ::testing::Test {
 TEST_F(LayerNormLinearCuda, ModelCaseUnderAutocast) {
   for (int64_t n : {1, 37, 131, 384}) check_case({n, 640, false, at::kFloat});
   check_case({37, 516, false, at::kFloat});  // triangle attention's q, k, v, g and bias projection
+  check_case({37, 1024, false, at::kFloat});  // the pair transition's: two weight panels
 }
 
 TEST_F(LayerNormLinearCuda, SixteenBitInputsWidthsAndBias) {
@@ -79,6 +80,7 @@ TEST_F(LayerNormLinearCuda, SixteenBitInputsWidthsAndBias) {
     check_case({37, 516, true, t});   // rows 8-byte aligned
     check_case({37, 130, false, t});  // rows 4-byte aligned, a partial tile
     check_case({17, 8, true, t});
+    check_case({23, 1030, true, t});  // two panels of 576 and 454 features, rows 4-byte aligned
   }
 }
 
