@@ -89,24 +89,35 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// kVec consecutive 16-bit values through one aligned access: a 16-byte vector for kVec = 8
-// (the address 16-byte aligned), the value itself for kVec = 1.
+// kVec consecutive values through one aligned access of kVec * sizeof(T) bytes (2 to 16: a
+// 16-byte vector for eight 16-bit values, the value itself for kVec = 1); the address must be
+// aligned to that size.
+template <int kBytes>
+struct Word;
+template <>
+struct Word<16> { using type = uint4; };
+template <>
+struct Word<8> { using type = uint2; };
+template <>
+struct Word<4> { using type = uint32_t; };
+template <>
+struct Word<2> { using type = uint16_t; };
+
 template <typename T, int kVec>
-struct Pack {
-  static_assert(kVec == 1 || kVec == 8, "Pack holds 1 or 8 values");
+struct alignas(sizeof(T) * kVec) Pack {
   T v[kVec];
 };
 template <typename T, int kVec>
 __device__ __forceinline__ Pack<T, kVec> load_pack(const T* p) {
+  using W = typename Word<sizeof(T) * kVec>::type;
   Pack<T, kVec> r;
-  if constexpr (kVec == 8) *reinterpret_cast<uint4*>(r.v) = *reinterpret_cast<const uint4*>(p);
-  else r.v[0] = *p;
+  *reinterpret_cast<W*>(r.v) = *reinterpret_cast<const W*>(p);
   return r;
 }
 template <typename T, int kVec>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, kVec>& x) {
-  if constexpr (kVec == 8) *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(x.v);
-  else *p = x.v[0];
+  using W = typename Word<sizeof(T) * kVec>::type;
+  *reinterpret_cast<W*>(p) = *reinterpret_cast<const W*>(x.v);
 }
 
 // c += a * b for one 16x8x16 tile.

@@ -4,53 +4,102 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
+#include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/mma.cuh"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
 
 namespace megafold::ops::cuda {
 namespace {
 
-// One thread per (b, r, n, h) row of d elements:
+using mma::load_pack;
+using mma::Pack;
+using mma::store_pack;
+
+constexpr int kPrologueThreads = 256;
+
+struct RowIndex {
+  int64_t b, r, n, h;
+};
+
+// The first pass over the [B, R, N, H] rows of d elements:
 //   d_o    = d_out * sigmoid(gate)                       (d_out itself without a gate)
 //   d_gate = d_out * o * sigmoid(gate) * (1 - sigmoid(gate))
 //   delta  = sum_c d_o[c] * o[c], with d_o as stored (rounded to T), as the kernels read it
-template <typename T>
-__global__ void backward_prologue_kernel(const TriangleAttentionParams p) {
-  const int64_t rows = p.B * p.R * p.N * p.H;
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t h = row % p.H, n = (row / p.H) % p.N, r = (row / (p.H * p.N)) % p.R,
-                  b = row / (p.H * p.N * p.R);
-    const T* o = static_cast<const T*>(p.o) + row * p.d;
-    const T* d_out = static_cast<const T*>(p.d_out) + row * p.d;
-    float delta = 0.f;
+// One thread per kVec-element piece of a row, so a warp reads and writes contiguous vectors
+// (a thread per row, as before, made every access a 2-byte one 64 bytes from its neighbour's:
+// 4.5 ms for 0.75 GB at N = 768). A row's products meet in shared memory and one thread per
+// row adds them in element order, so delta does not depend on the vector width.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kPrologueThreads)
+    backward_prologue_kernel(const TriangleAttentionParams p, int rows_per_block) {
+  __shared__ float products[kPrologueThreads * kVec + kPrologueThreads];
+  const int pieces = static_cast<int>(p.d) / kVec, stride = static_cast<int>(p.d) + 1;  // +1: no bank conflicts
+  const int local = threadIdx.x / pieces, piece = threadIdx.x % pieces;
+  const int64_t rows = p.B * p.R * p.N * p.H, first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  // Row (b, r, n, h) of [B, R, N, H], h fastest.
+  auto coords = [&](int64_t row) {
+    return RowIndex{row / (p.H * p.N * p.R), (row / (p.H * p.N)) % p.R, (row / p.H) % p.N, row % p.H};
+  };
+  if (local < rows_per_block && first + local < rows) {
+    const int64_t row = first + local, at = row * p.d + piece * kVec;
+    const Pack<T, kVec> o = load_pack<T, kVec>(static_cast<const T*>(p.o) + at);
+    const Pack<T, kVec> d_out = load_pack<T, kVec>(static_cast<const T*>(p.d_out) + at);
+    float* prod = products + local * stride + piece * kVec;
     if (p.gate == nullptr) {
-      for (int64_t c = 0; c < p.d; ++c) delta += static_cast<float>(d_out[c]) * static_cast<float>(o[c]);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) prod[i] = static_cast<float>(d_out.v[i]) * static_cast<float>(o.v[i]);
     } else {
-      const T* gate = static_cast<const T*>(p.gate) + b * p.gate_stride[0] + r * p.gate_stride[1] +
-                      n * p.gate_stride[2] + h * p.gate_stride[3];
-      T* d_o = static_cast<T*>(p.d_o) + row * p.d;
-      T* d_gate = static_cast<T*>(p.d_gate) + row * p.d;
-      for (int64_t c = 0; c < p.d; ++c) {
-        const float sg = 1.f / (1.f + expf(-static_cast<float>(gate[c])));
-        const float g_out = static_cast<float>(d_out[c]), o_c = static_cast<float>(o[c]);
-        const T d_o_c = static_cast<T>(g_out * sg);
-        d_o[c] = d_o_c;
-        d_gate[c] = static_cast<T>(g_out * o_c * sg * (1.f - sg));
-        delta += static_cast<float>(d_o_c) * o_c;
+      const auto [b, r, n, h] = coords(row);
+      const Pack<T, kVec> gate = load_pack<T, kVec>(static_cast<const T*>(p.gate) + b * p.gate_stride[0] +
+                                                    r * p.gate_stride[1] + n * p.gate_stride[2] +
+                                                    h * p.gate_stride[3] + piece * kVec);
+      Pack<T, kVec> d_o, d_gate;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const float sg = 1.f / (1.f + expf(-static_cast<float>(gate.v[i])));
+        const float g_out = static_cast<float>(d_out.v[i]), o_i = static_cast<float>(o.v[i]);
+        d_o.v[i] = static_cast<T>(g_out * sg);
+        d_gate.v[i] = static_cast<T>(g_out * o_i * sg * (1.f - sg));
+        prod[i] = static_cast<float>(d_o.v[i]) * o_i;
       }
+      store_pack(static_cast<T*>(p.d_o) + at, d_o);
+      store_pack(static_cast<T*>(p.d_gate) + at, d_gate);
     }
+  }
+  __syncthreads();
+  if (threadIdx.x < rows_per_block && first + threadIdx.x < rows) {
+    float delta = 0.f;
+    for (int c = 0; c < p.d; ++c) delta += products[threadIdx.x * stride + c];
+    const auto [b, r, n, h] = coords(first + threadIdx.x);
     p.delta[((b * p.R + r) * p.H + h) * p.N + n] = delta;
   }
 }
 
-template <typename T>
+// Whether every row piece of `bytes` is an aligned access: the dense rows of d elements and the
+// gate's strided rows (the model's gate, inside the 4Hd + H wide projection, allows 8 bytes).
+bool pieces_aligned(const TriangleAttentionParams& p, int64_t elem, int64_t bytes) {
+  auto aligned = [&](const void* ptr) { return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
+  if ((p.d * elem) % bytes != 0 || !aligned(p.o) || !aligned(p.d_out) || !aligned(p.d_o) || !aligned(p.d_gate) ||
+      !aligned(p.gate))
+    return false;
+  if (p.gate == nullptr) return true;
+  for (int i = 0; i < 4; ++i)
+    if ((p.gate_stride[i] * elem) % bytes != 0) return false;
+  return true;
+}
+
+// The widest vector (at most 16 bytes) that every row piece allows.
+template <typename T, int kVec = 16 / sizeof(T)>
 void backward_prologue(const TriangleAttentionParams& p, cudaStream_t stream) {
+  if constexpr (kVec > 1) {
+    if (!pieces_aligned(p, sizeof(T), kVec * sizeof(T))) return backward_prologue<T, kVec / 2>(p, stream);
+  }
+  const int pieces = static_cast<int>(p.d) / kVec, rows_per_block = kPrologueThreads / pieces;
   const int64_t rows = p.B * p.R * p.N * p.H;
-  const auto blocks = static_cast<unsigned int>(std::min<int64_t>((rows + 255) / 256, 65536));
-  backward_prologue_kernel<T><<<blocks, 256, 0, stream>>>(p);
+  const auto blocks = static_cast<unsigned int>((rows + rows_per_block - 1) / rows_per_block);
+  backward_prologue_kernel<T, kVec><<<blocks, rows_per_block * pieces, 0, stream>>>(p, rows_per_block);
   MF_CUDA_CHECK(cudaGetLastError());
 }
 
