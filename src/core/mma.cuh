@@ -174,12 +174,6 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* 
                : "r"(addr));
 }
 
-// 16 bytes to global memory with the evict-first (streaming) cache hint.
-__device__ __forceinline__ void store_streaming(void* p, const uint4& v) {
-  asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 // Asynchronous global -> shared copies (cp.async, sm_80+): `bytes` bytes when valid, zeros
 // otherwise (src is then not read). Groups are committed and awaited explicitly.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {

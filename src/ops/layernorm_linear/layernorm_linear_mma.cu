@@ -170,15 +170,13 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const LayerNormLin
       }
     }
     __syncwarp();
-    // Widest store the row alignment allows (y rows are N elements long, N even), marked
-    // evict-first: y is read back by another kernel after far more than L2 holds has been
-    // written, and the weight tiles that every block re-reads stay in L2.
+    // Widest store the row alignment allows (y rows are N elements long, N even).
     if (p.N % 8 == 0) {
 #pragma unroll
       for (int i = lane; i < 32 * 4; i += 32) {
         const int r = i / 4, c = (i % 4) * 8;
         if (row_w + r < p.M && n0 + c < p.N)
-          store_streaming(y + (row_w + r) * p.N + n0 + c, *reinterpret_cast<const uint4*>(stage + r * kLdS + c));
+          *reinterpret_cast<uint4*>(y + (row_w + r) * p.N + n0 + c) = *reinterpret_cast<const uint4*>(stage + r * kLdS + c);
       }
     } else {
       const int vec = p.N % 4 == 0 ? 4 : 2;
