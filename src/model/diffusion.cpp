@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "ops/ops.h"
@@ -93,11 +94,12 @@ ConditionedAttentionImpl::ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int
 at::Tensor ConditionedAttentionImpl::forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& z,
                                              const at::Tensor& mask, const at::Tensor& beta) {
   const int64_t B = a.size(0), N = a.size(1), c_a = a.size(2), H = heads_, d = c_a / H;
-  const at::Tensor qkvg = project_qkvg(a, s).view({B, 1, N, 4, H, d});
+  // unbind, not a select per part: backward stacks the four gradients in one pass.
+  const std::vector<at::Tensor> qkvg = project_qkvg(a, s).view({B, 1, N, 4, H, d}).unbind(3);
   at::Tensor bias = pair_bias(z).permute({0, 3, 1, 2});  // [B, H, N, N]
   if (beta.defined()) bias = bias + beta;
-  const at::Tensor o = ops::triangle_attention(qkvg.select(3, 0), qkvg.select(3, 1), qkvg.select(3, 2), bias,
-                                               mask.view({B, 1, N}), qkvg.select(3, 3));  // [B, 1, N, H, d]
+  const at::Tensor o = ops::triangle_attention(qkvg[0], qkvg[1], qkvg[2], bias, mask.view({B, 1, N}),
+                                               qkvg[3]);  // [B, 1, N, H, d]
   return gated_output(o.reshape({B, N, c_a}), s);
 }
 

@@ -29,7 +29,7 @@ at::Tensor triangle_attention_by_algorithm(const at::Tensor& z, const at::Tensor
   const at::Tensor q = part(0), k = part(1), v = part(2), g = part(3);
   const at::Tensor b = at::linear(zn, w_proj.narrow(0, 4 * H * d, H));  // [B, N, N, H]
   at::Tensor logits, a, o;
-  const at::Tensor masked = (mask == 0).to(at::kBool);
+  const at::Tensor masked = mask == 0;
   if (starting) {
     logits = at::einsum("bijhc,bikhc->bhijk", {q, k}) / std::sqrt(static_cast<double>(d)) +
              b.permute({0, 3, 1, 2}).unsqueeze(2);  // b_jk

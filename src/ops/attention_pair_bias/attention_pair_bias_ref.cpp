@@ -5,6 +5,8 @@
 #include <ATen/ops/linear.h>
 #include <ATen/ops/zeros.h>
 
+#include <vector>
+
 #include "ops/common.h"
 #include "ops/layernorm_linear/layernorm_linear.h"
 #include "ops/triangle_attention/triangle_attention.h"
@@ -31,13 +33,14 @@ at::Tensor attention_with_pair_bias(const at::Tensor& s, const at::Tensor& pair_
 
   // AF3 SI Alg. 24: only q carries a bias.
   const at::Tensor qkvg_bias = at::cat({b_q, at::zeros({3 * H * d}, b_q.options())});
-  const at::Tensor qkvg = layernorm_linear_ref(s, ln_s_weight, ln_s_bias, w_qkvg, qkvg_bias)
-                              .view({B, 1, N, 4, H, d});
+  // unbind, not a select per part: backward stacks the four gradients in one pass.
+  const std::vector<at::Tensor> qkvg =
+      layernorm_linear_ref(s, ln_s_weight, ln_s_bias, w_qkvg, qkvg_bias).view({B, 1, N, 4, H, d}).unbind(3);
   std::optional<at::Tensor> row_mask;
   if (mask.has_value() && mask->defined()) row_mask = mask->view({B, 1, N});
   // Through the dispatcher: on a GPU the triangle-attention kernels serve this R = 1 case.
-  const at::Tensor o = triangle_attention(qkvg.select(3, 0), qkvg.select(3, 1), qkvg.select(3, 2),
-                                          pair_bias.permute({0, 3, 1, 2}), row_mask, qkvg.select(3, 3));  // [B, 1, N, H, d]
+  const at::Tensor o = triangle_attention(qkvg[0], qkvg[1], qkvg[2], pair_bias.permute({0, 3, 1, 2}), row_mask,
+                                          qkvg[3]);  // [B, 1, N, H, d]
   return at::linear(o.reshape({B, N, H * d}), w_o);
 }
 
