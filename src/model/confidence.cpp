@@ -17,7 +17,8 @@ using data::kMaxAtomsPerToken;
 ModelConfig head_pairformer(const ModelConfig& cfg) {
   ModelConfig c = cfg;
   c.n_blocks = cfg.confidence.n_blocks;
-  c.checkpoint_blocks = false;  // four blocks on detached inputs: activations are small
+  // Four blocks on detached inputs: recomputed in backward only when the memory mode says so.
+  c.checkpoint_blocks = false;
   return c;
 }
 
@@ -27,7 +28,7 @@ ConfidenceHeadImpl::ConfidenceHeadImpl(const ModelConfig& cfg, int64_t c_s_input
   w_z_i_ = register_parameter("w_z_i", lecun_normal(cfg.c_z, c_s_inputs));
   w_z_j_ = register_parameter("w_z_j", lecun_normal(cfg.c_z, c_s_inputs));
   w_dist_ = register_parameter("w_dist", lecun_normal(cfg.c_z, cfg_.distance_bins));
-  pairformer_ = register_module("pairformer", PairformerStack(head_pairformer(cfg)));
+  pairformer_ = register_module("pairformer", PairformerStack(head_pairformer(cfg), /*offload_inputs=*/false));
   // Zero output weights: the head starts from a uniform distribution over lDDT bins.
   w_plddt_ = register_parameter("w_plddt", torch::zeros({kMaxAtomsPerToken, cfg_.plddt_bins, cfg.c_s}));
 }

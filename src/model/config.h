@@ -1,6 +1,7 @@
 #pragma once
 // Model sizes. Symbols follow the AF3 SI (c_s, c_z, N_head, ...). Defaults are AF3's trunk.
 #include <cstdint>
+#include <string>
 
 namespace megafold::model {
 
@@ -68,6 +69,13 @@ struct ModelConfig {
   double distogram_min = 2.0;
   double distogram_max = 22.0;
   bool checkpoint_blocks = false;    // recompute each block in backward (activation checkpointing)
+  // Memory mode: "fast" | "balanced" | "frontier" (model/memory_plan.h says what each turns on),
+  // and two of its settings: the pairs per chunk of the row-chunked ops (0: the mode's default,
+  // 2^21) and whether block inputs may go to host memory (balanced and frontier; turn it off on
+  // a host without spare memory).
+  std::string memory = "fast";
+  int64_t memory_chunk_pairs = 0;
+  bool memory_offload = true;
   // Trunk passes (AF3 N_cycle; AF3 uses 4). Each pass adds the previous pass's s and z through
   // LayerNorm + linear (Alg. 1 lines 8-11). Training draws 1..recycles passes per step from the
   // step seed and backpropagates through the last only; inference always runs `recycles`.

@@ -60,10 +60,10 @@ Embedding InputEmbedderImpl::forward(const data::Batch& batch) {
   e.s = torch::linear(e.s_inputs, w_s_);
   e.z = torch::linear(e.s_inputs, w_z_i_).unsqueeze(2) +
         torch::linear(e.s_inputs, w_z_j_).unsqueeze(1) + relpos_->forward(batch);
-  // The residual streams stay fp32 under autocast; only the layers compute in bf16, so small
-  // updates are not rounded away over 48 blocks.
-  e.s = e.s.to(torch::kFloat);
-  e.z = e.z.to(torch::kFloat);
+  // The residual streams stay in the parameters' precision (fp32 under autocast); only the
+  // layers compute in bf16, so small updates are not rounded away over 48 blocks.
+  e.s = e.s.to(w_s_.scalar_type());
+  e.z = e.z.to(w_s_.scalar_type());
   return e;
 }
 

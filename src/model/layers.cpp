@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "model/recompute.h"
 #include "ops/ops.h"
 
 namespace megafold::model {
@@ -98,6 +99,27 @@ at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const a
   return residual(z, t, gate, scale);
 }
 
+at::Tensor TriangleMultiplicationImpl::forward_chunked(const at::Tensor& z, const at::Tensor& pair_mask,
+                                                      const std::optional<at::Tensor>& scale, int64_t rows) {
+  const int64_t c = w_ab_.size(0) / 4;
+  // a, b and the output gate from row chunks of z: the 640-wide projection never exists whole.
+  auto project = [this, pair_mask, c](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>&, int64_t start) {
+    const at::Tensor proj = ops::layernorm_linear(x[0], ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
+    const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, chunk_of(pair_mask, 1, start, x[0].size(1)), c);
+    return std::vector<at::Tensor>{a, b, gate};
+  };
+  const std::vector<at::Tensor> abg = chunked_checkpoint(project, {z}, {}, 1, rows);
+  // outgoing t_ij = sum_k a_ik b_jk; incoming sum_k a_ki b_kj, the outgoing form on transposed views.
+  const at::Tensor t = outgoing_ ? ops::triangle_multiplication_contract(abg[0], abg[1])
+                                 : ops::triangle_multiplication_contract(abg[0].transpose(1, 2), abg[1].transpose(1, 2));
+  const at::Tensor sc = scale ? *scale : at::Tensor();
+  auto output = [this, sc](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>&, int64_t start) {
+    const at::Tensor s = chunk_of(sc, 1, start, x[0].size(1));
+    return std::vector<at::Tensor>{residual(x[0], x[1], x[2], s.defined() ? std::optional<at::Tensor>(s) : std::nullopt)};
+  };
+  return chunked_checkpoint(output, {z, t, abg[2]}, {}, 1, rows)[0];
+}
+
 TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim,
                                              bool starting)
     : starting_(starting), heads_(heads), head_dim_(head_dim) {
@@ -128,6 +150,36 @@ at::Tensor TriangleAttentionImpl::forward_rows(const at::Tensor& x, const at::Te
   const at::Tensor bias = dist::gather_rows(p.bias, shard).permute({0, 3, 1, 2});
   const at::Tensor o = ops::triangle_attention(p.q, p.k, p.v, bias, row_mask, p.gate);  // [B, n, N, H, d]
   return at::linear(o.reshape({B, n, N, H * d}), w_o_);
+}
+
+at::Tensor TriangleAttentionImpl::forward_chunked(const at::Tensor& z, const at::Tensor& pair_mask,
+                                                 const std::optional<at::Tensor>& scale, int64_t rows) {
+  const int64_t H = heads_, d = head_dim_;
+  const at::Tensor w_qkvg = w_proj_.narrow(0, 0, 4 * H * d), w_bias = w_proj_.narrow(0, 4 * H * d, H);
+  // The pair bias of every pair (AF3 SI Alg. 14/15 line 3): starting node b'[h, j, k] = b_jk,
+  // ending node b'[h, i, k] = b_ki. Held in fp32, so its gradient sums over the chunks in fp32.
+  at::Tensor b = ops::layernorm_linear(z, ln_w_, ln_b_, w_bias, std::nullopt);
+  b = b.to(at::promote_types(b.scalar_type(), at::kFloat));
+  const at::Tensor bias = starting_ ? b.permute({0, 3, 1, 2}) : b.permute({0, 3, 2, 1});
+  const int64_t dim = starting_ ? 1 : 2;  // chunks of the rows of z, or of its columns (the rows of z^T)
+  const at::Tensor sc = scale ? *scale : at::Tensor();
+  auto step = [this, pair_mask, sc, dim, w_qkvg, H, d](const std::vector<at::Tensor>& xs,
+                                                       const std::vector<at::Tensor>& shared, int64_t start) {
+    const at::Tensor& x = xs[0];
+    const int64_t n = x.size(dim);
+    // The chunk in the starting-node orientation: its rows r attend over their own N keys.
+    const at::Tensor xr = starting_ ? x : x.transpose(1, 2);  // [B, n, N, c_z]
+    const at::Tensor mask = starting_ ? chunk_of(pair_mask, 1, start, n) : chunk_of(pair_mask, 2, start, n).transpose(1, 2);
+    const std::vector<at::Tensor> p =
+        ops::layernorm_linear(xr, ln_w_, ln_b_, w_qkvg, std::nullopt).unflatten(-1, {4, H, d}).unbind(-3);
+    const at::Tensor o = ops::triangle_attention(p[0], p[1], p[2], shared[0], mask, p[3]);  // [B, n, N, H, d]
+    at::Tensor update = at::linear(o.flatten(-2), w_o_);
+    if (!starting_) update = update.transpose(1, 2);
+    const at::Tensor s = chunk_of(sc, dim, start, n);
+    return std::vector<at::Tensor>{
+        ops::residual_update(x, update, std::nullopt, s.defined() ? std::optional<at::Tensor>(s) : std::nullopt)};
+  };
+  return chunked_checkpoint(step, {z}, {bias}, dim, rows)[0];
 }
 
 AttentionPairBiasImpl::AttentionPairBiasImpl(int64_t c_s, int64_t c_z, int64_t heads,

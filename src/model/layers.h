@@ -37,6 +37,11 @@ class TriangleMultiplicationImpl : public torch::nn::Module {
   // the rows of z^T.
   at::Tensor forward_rows(const at::Tensor& z, const at::Tensor& pair_mask, const dist::PairShard& shard,
                           const std::optional<at::Tensor>& scale);
+  // The same residual step keeping only z, the operands a, b and the contraction t with the
+  // gate for backward (~3 z of fp32): the input projection and the output half run on chunks
+  // of `rows` rows and are recomputed per chunk in backward (the frontier memory mode).
+  at::Tensor forward_chunked(const at::Tensor& z, const at::Tensor& pair_mask, const std::optional<at::Tensor>& scale,
+                             int64_t rows);
  private:
   // z + scale * gate * (LayerNorm_out(t) @ w_o^T)
   at::Tensor residual(const at::Tensor& z, const at::Tensor& t, const at::Tensor& gate,
@@ -56,6 +61,12 @@ class TriangleAttentionImpl : public torch::nn::Module {
   // [B, n, N], whatever this module's node: the ending node runs it on rows of z^T. The bias
   // (all rows) is gathered.
   at::Tensor forward_rows(const at::Tensor& x, const at::Tensor& row_mask, const dist::PairShard& shard);
+  // The residual step z + scale * attention(z) keeping only z and the pair bias ([B, N, N, H],
+  // fp32) for backward: chunks of `rows` rows (starting node) or columns (ending node) of z are
+  // projected, attended and added, and recomputed one chunk at a time in backward (the
+  // frontier memory mode).
+  at::Tensor forward_chunked(const at::Tensor& z, const at::Tensor& pair_mask, const std::optional<at::Tensor>& scale,
+                             int64_t rows);
  private:
   bool starting_;
   int64_t heads_, head_dim_;

@@ -60,6 +60,14 @@ class MegaFoldImpl : public torch::nn::Module {
   // sample() plus the pLDDT of every atom of every sample when the model has a confidence head.
   Prediction predict(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed);
   const ModelConfig& config() const { return cfg_; }
+  // The parts, for the per-module memory profile (`megafold memory`); the optional ones are
+  // empty holders when the config leaves them out.
+  InputEmbedder& embedder() { return embedder_; }
+  MsaModule& msa() { return msa_; }
+  PairformerStack& pairformer() { return pairformer_; }
+  DistogramHead& distogram() { return distogram_; }
+  DiffusionModule& diffusion() { return diffusion_; }
+  ConfidenceHead& confidence() { return confidence_; }
 
  private:
   ModelConfig cfg_;

@@ -29,16 +29,35 @@ OuterProductMeanImpl::OuterProductMeanImpl(int64_t c_m, int64_t c, int64_t c_z) 
   b_o_ = register_parameter("b_o", torch::zeros({c_z}));
 }
 
-at::Tensor OuterProductMeanImpl::forward(const at::Tensor& m, const at::Tensor& msa_mask) {
-  const int64_t B = m.size(0), N = m.size(2);
+at::Tensor OuterProductMeanImpl::forward(const at::Tensor& m, const at::Tensor& msa_mask, int64_t row_chunk) {
+  const int64_t N = m.size(2);
   const at::Tensor mask = msa_mask.to(m.scalar_type()).unsqueeze(-1);
-  const at::Tensor ab = torch::linear(torch::layer_norm(m, {m.size(-1)}, ln_w_, ln_b_), w_ab_) * mask;
-  const at::Tensor a = ab.narrow(-1, 0, c_), b = ab.narrow(-1, c_, c_);
   // Rows present at both tokens (counted in float64, which autocast leaves alone, so that
   // counts above 256 stay exact); a token pair no row covers (padding) gets 0 from the zero sum.
   const at::Tensor present = msa_mask.to(at::kDouble);
   const at::Tensor rows = torch::einsum("bsi,bsj->bij", {present, present}).to(at::kFloat);
-  const at::Tensor outer = torch::einsum("bsic,bsjd->bijcd", {a, b}).reshape({B, N, N, c_ * c_});
+  auto ab = [&](const at::Tensor& x, const at::Tensor& x_mask) {
+    return torch::linear(torch::layer_norm(x, {x.size(-1)}, ln_w_, ln_b_), w_ab_) * x_mask;
+  };
+  if (row_chunk <= 0 || row_chunk >= N) {
+    const at::Tensor a_b = ab(m, mask);
+    return project(a_b.narrow(-1, 0, c_), a_b.narrow(-1, c_, c_), rows);
+  }
+  // Chunks of rows i: m's token axis i is chunked through its transpose [B, N, S, c_m]; b (all
+  // tokens j) is recomputed from the whole m for each chunk (S N c_m work, next to S N^2 c^2).
+  auto chunk = [this, ab, mask, rows](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& whole,
+                                      int64_t start) {
+    const int64_t n = x[0].size(1);
+    const at::Tensor a = ab(x[0].transpose(1, 2), mask.narrow(2, start, n)).narrow(-1, 0, c_);
+    const at::Tensor b = ab(whole[0], mask).narrow(-1, c_, c_);
+    return std::vector<at::Tensor>{project(a, b, rows.narrow(1, start, n))};
+  };
+  return chunked_checkpoint(chunk, {m.transpose(1, 2)}, {m}, 1, row_chunk)[0];
+}
+
+at::Tensor OuterProductMeanImpl::project(const at::Tensor& a, const at::Tensor& b, const at::Tensor& rows) {
+  const int64_t B = a.size(0), n = a.size(2), N = b.size(2);
+  const at::Tensor outer = torch::einsum("bsic,bsjd->bijcd", {a, b}).reshape({B, n, N, c_ * c_});
   const at::Tensor mean = outer / rows.clamp_min(1.0).unsqueeze(-1).to(outer.scalar_type());
   return torch::linear(mean, w_o_, b_o_);
 }
@@ -70,7 +89,7 @@ at::Tensor MsaPairWeightedAveragingImpl::forward(const at::Tensor& m, const at::
   return torch::linear(o.reshape({B, S, N, H * c}), w_o_);
 }
 
-MsaBlockImpl::MsaBlockImpl(const ModelConfig& cfg, bool last) : dropout_(cfg.msa.dropout) {
+MsaBlockImpl::MsaBlockImpl(const ModelConfig& cfg, bool last) : dropout_(cfg.msa.dropout), plan_(memory_plan(cfg)) {
   opm_ = register_module("opm", OuterProductMean(cfg.msa.c_m, cfg.msa.opm_hidden, cfg.c_z));
   if (!last) {
     pwa_ = register_module("pwa", MsaPairWeightedAveraging(cfg.msa.c_m, cfg.c_z, cfg.msa.heads, cfg.msa.head_dim));
@@ -82,7 +101,8 @@ MsaBlockImpl::MsaBlockImpl(const ModelConfig& cfg, bool last) : dropout_(cfg.msa
 void MsaBlockImpl::forward(at::Tensor& m, at::Tensor& z, const at::Tensor& msa_mask, const at::Tensor& token_mask,
                            const at::Tensor& pair_mask, uint64_t dropout_seed) {
   // AF3 SI Alg. 8 lines 5-13.
-  z = z + opm_->forward(m, msa_mask);
+  const bool chunk = plan_.chunk_pairs > 0 && is_training() && at::GradMode::is_enabled();
+  z = z + opm_->forward(m, msa_mask, chunk ? plan_.chunk_rows(z.size(1)) : 0);
   if (!pwa_.is_empty()) {
     m = m + shared_dropout(pwa_->forward(m, z, token_mask), dropout_, DropoutAxis::kRowwise, is_training(),
                            mix_seed(dropout_seed, 0x707761));  // "pwa"
@@ -91,7 +111,7 @@ void MsaBlockImpl::forward(at::Tensor& m, at::Tensor& z, const at::Tensor& msa_m
   z = pair_->forward(z, pair_mask, dropout_seed);
 }
 
-MsaModuleImpl::MsaModuleImpl(const ModelConfig& cfg) : checkpoint_(cfg.checkpoint_blocks) {
+MsaModuleImpl::MsaModuleImpl(const ModelConfig& cfg) : plan_(memory_plan(cfg)) {
   MF_CHECK(cfg.msa.n_blocks >= 1, "MsaModule: model.msa.n_blocks must be >= 1");
   w_m_ = register_parameter("w_m", lecun_normal(cfg.msa.c_m, kMsaFeatures));
   w_s_ = register_parameter("w_s", lecun_normal(cfg.msa.c_m, kSInputs));
@@ -109,32 +129,37 @@ at::Tensor MsaModuleImpl::forward(const data::Batch& batch, const at::Tensor& s_
                  -1)
           .to(w_m_.scalar_type());
   at::Tensor m = torch::linear(features, w_m_) + torch::linear(s_inputs, w_s_).unsqueeze(1);
-  at::Tensor z = z_in;
+  // Block boundaries round z as the Pairformer's do (the module's input included).
+  auto boundary = [&](const at::Tensor& t) { return plan_.bf16_boundary ? t.to(at::kBFloat16) : t; };
+  const at::ScalarType dtype = z_in.scalar_type();
+  at::Tensor z = boundary(z_in);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const uint64_t seed = mix_seed(dropout_seed, i);
     MsaBlockImpl& block = *blocks_[i];
-    if (!(checkpoint_ && is_training() && at::GradMode::is_enabled())) {
+    if (!(plan_.checkpoint_blocks && is_training() && at::GradMode::is_enabled())) {
+      z = z.to(dtype);
       block.forward(m, z, batch.msa_mask, batch.token_mask, pair_mask, seed);
+      z = boundary(z);
       continue;
     }
     // Recomputed in backward like the Pairformer blocks; the last block leaves m as it is, so
     // only z comes out of it.
     const bool last = i + 1 == blocks_.size();
-    auto run = [&block, msa_mask = batch.msa_mask, token_mask = batch.token_mask, pair_mask, seed,
-                last](const std::vector<at::Tensor>& x) {
-      at::Tensor bm = x[0], bz = x[1];
+    auto run = [&block, msa_mask = batch.msa_mask, token_mask = batch.token_mask, pair_mask, seed, last,
+                dtype](const std::vector<at::Tensor>& x) {
+      at::Tensor bm = x[0], bz = x[1].to(dtype);
       block.forward(bm, bz, msa_mask, token_mask, pair_mask, seed);
       return last ? std::vector<at::Tensor>{bz} : std::vector<at::Tensor>{bm, bz};
     };
     const std::vector<at::Tensor> out = checkpointed(run, {m, z});
     if (last) {
-      z = out[0];
+      z = boundary(out[0]);
     } else {
       m = out[0];
-      z = out[1];
+      z = boundary(out[1]);
     }
   }
-  return z;
+  return z.to(dtype);
 }
 
 }  // namespace megafold::model

@@ -13,19 +13,26 @@
 #include "data/features.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/memory_plan.h"
 #include "model/pairformer.h"
 
 namespace megafold::model {
 
 // AF3 Alg. 9: z_ij update = Linear(flatten(mean over rows s of a_si (x) b_sj)), the mean over
 // rows present at both i and j (msa_mask).
+// The outer products are [B, N, N, c^2] (at N = 768 and c = 32 ~1.2 GB in bf16, twice that
+// kept for the output projection's backward); with row_chunk < N they exist for row_chunk rows
+// i at a time, in forward and again in backward (which recomputes them), and only m is kept.
 class OuterProductMeanImpl : public torch::nn::Module {
  public:
   OuterProductMeanImpl(int64_t c_m, int64_t c, int64_t c_z);
-  // m [B, S, N, c_m], msa_mask [B, S, N] -> [B, N, N, c_z]
-  at::Tensor forward(const at::Tensor& m, const at::Tensor& msa_mask);
+  // m [B, S, N, c_m], msa_mask [B, S, N] -> [B, N, N, c_z]; row_chunk: rows i per chunk
+  // (0 or >= N: all at once, everything kept for backward).
+  at::Tensor forward(const at::Tensor& m, const at::Tensor& msa_mask, int64_t row_chunk = 0);
 
  private:
+  // Rows i of the update from a (those rows, [B, S, n, c]) and b (every row, [B, S, N, c]).
+  at::Tensor project(const at::Tensor& a, const at::Tensor& b, const at::Tensor& rows);
   int64_t c_;
   at::Tensor ln_w_, ln_b_, w_ab_, w_o_, b_o_;
 };
@@ -54,6 +61,7 @@ class MsaBlockImpl : public torch::nn::Module {
 
  private:
   double dropout_;
+  MemoryPlan plan_;
   OuterProductMean opm_{nullptr};
   MsaPairWeightedAveraging pwa_{nullptr};
   Transition transition_{nullptr};
@@ -65,12 +73,13 @@ class MsaModuleImpl : public torch::nn::Module {
  public:
   explicit MsaModuleImpl(const ModelConfig& cfg);
   // The batch's MSA (msa, msa_deletion, msa_mask), s_inputs [B, N, kSInputs], z [B, N, N, c_z]
-  // -> the updated z.
+  // -> the updated z (in z's dtype). Under the memory plan: blocks recomputed in backward, z rounded to
+  // bf16 between blocks, outer product means on row chunks.
   at::Tensor forward(const data::Batch& batch, const at::Tensor& s_inputs, const at::Tensor& z,
                      const at::Tensor& pair_mask, uint64_t dropout_seed);
 
  private:
-  bool checkpoint_;  // recompute each block in backward (model.checkpoint_blocks)
+  MemoryPlan plan_;
   at::Tensor w_m_, w_s_;
   std::vector<MsaBlock> blocks_;
 };

@@ -12,7 +12,7 @@
 
 namespace megafold::model {
 
-PairStackImpl::PairStackImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
+PairStackImpl::PairStackImpl(const ModelConfig& cfg) : dropout_(cfg.dropout), plan_(memory_plan(cfg)) {
   tri_mul_out_ = register_module("tri_mul_out", TriangleMultiplication(cfg.c_z, cfg.tri_mul_hidden, true));
   tri_mul_in_ = register_module("tri_mul_in", TriangleMultiplication(cfg.c_z, cfg.tri_mul_hidden, false));
   tri_attn_start_ = register_module(
@@ -29,11 +29,31 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
   };
   // AF3 SI Alg. 17 lines 2-6; each residual add applies its dropout in the same pass.
   at::Tensor z = z_in;
+  if (plan_.recompute_ops && train && at::GradMode::is_enabled()) {
+    // Each step keeps only its input (and the TriMul operands): recomputed per chunk in backward.
+    const int64_t rows = plan_.chunk_rows(z.size(1));
+    z = tri_mul_out_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0), rows);
+    z = tri_mul_in_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1), rows);
+    z = tri_attn_start_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 2), rows);
+    z = tri_attn_end_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kColumnwise, 3), rows);
+    return transition_step(z);
+  }
   z = tri_mul_out_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0));
   z = tri_mul_in_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1));
   z = ops::residual_update(z, tri_attn_start_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kRowwise, 2));
   z = ops::residual_update(z, tri_attn_end_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kColumnwise, 3));
-  return z + transition_->forward(z);
+  return transition_step(z);
+}
+
+at::Tensor PairStackImpl::transition_step(const at::Tensor& z) {
+  const int64_t n = z.size(1), rows = plan_.chunk_rows(n);
+  if (rows >= n) return z + transition_->forward(z);
+  // The transition keeps only its input for backward, so row chunks bound its 4c-wide
+  // transients (its backward recomputes the hidden layer) without recomputing anything.
+  std::vector<at::Tensor> updates;
+  for (int64_t start = 0; start < n; start += rows)
+    updates.push_back(transition_->forward(z.narrow(1, start, std::min(rows, n - start))));
+  return z + at::cat(updates, 1);
 }
 
 at::Tensor PairStackImpl::forward_rows(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed,
@@ -54,7 +74,7 @@ at::Tensor PairStackImpl::forward_rows(const at::Tensor& z_in, const at::Tensor&
   const at::Tensor end_t = tri_attn_end_->forward_rows(dist::transpose_shards(z, shard),
                                                        dist::local_rows_transposed(pair_mask, shard), shard);
   z = ops::residual_update(z, dist::transpose_shards(end_t, shard), std::nullopt, drop(z, DropoutAxis::kColumnwise, 3));
-  return z + transition_->forward(z);
+  return transition_step(z);
 }
 
 PairformerBlockImpl::PairformerBlockImpl(const ModelConfig& cfg) {
@@ -70,9 +90,10 @@ PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const at::Tensor& token_mask,
                                              const at::Tensor& pair_mask, uint64_t dropout_seed,
                                              const dist::PairShard* pair_rows) {
-  // AF3 SI Alg. 17
-  const at::Tensor z = pair_rows ? pair_->forward_rows(in.z, pair_mask, dropout_seed, *pair_rows)
-                                 : pair_->forward(in.z, pair_mask, dropout_seed);
+  // AF3 SI Alg. 17, from a bf16 block boundary in the single track's (the model's) precision.
+  const at::Tensor z_in = in.z.scalar_type() == at::kBFloat16 ? in.z.to(in.s.scalar_type()) : in.z;
+  const at::Tensor z = pair_rows ? pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows)
+                                 : pair_->forward(z_in, pair_mask, dropout_seed);
   at::Tensor s = in.s;
   s = s + (pair_rows != nullptr && pair_rows->sharded() ? single_attention_->forward_rows(s, z, token_mask, *pair_rows)
                                                         : single_attention_->forward(s, z, token_mask));
@@ -86,7 +107,8 @@ std::vector<at::Tensor> PairformerBlockImpl::row_parameters() const {
   return p;
 }
 
-PairformerStackImpl::PairformerStackImpl(const ModelConfig& cfg) : checkpoint_(cfg.checkpoint_blocks) {
+PairformerStackImpl::PairformerStackImpl(const ModelConfig& cfg, bool offload_inputs) : plan_(memory_plan(cfg)) {
+  if (plan_.offload && offload_inputs) stash_ = std::make_shared<HostStash>();
   for (int64_t i = 0; i < cfg.n_blocks; ++i)
     blocks_.push_back(register_module("block_" + std::to_string(i), PairformerBlock(cfg)));
 }
@@ -94,14 +116,34 @@ PairformerStackImpl::PairformerStackImpl(const ModelConfig& cfg) : checkpoint_(c
 PairformerState PairformerStackImpl::forward(PairformerState state, const at::Tensor& token_mask,
                                              const at::Tensor& pair_mask, uint64_t dropout_seed,
                                              const dist::PairShard* pair_rows) {
+  // The block boundary: where z is rounded, identically in forward, recomputation and inference.
+  auto boundary = [&](const at::Tensor& z) { return plan_.bf16_boundary ? z.to(at::kBFloat16) : z; };
+  // Recomputation only pays when gradients are needed.
+  const bool checkpoint = plan_.checkpoint_blocks && is_training() && at::GradMode::is_enabled();
+  std::shared_ptr<OffloadedTensor> previous;  // the last block's input handle: the next backward's
+  const at::ScalarType dtype = state.z.scalar_type();
+  state.z = boundary(state.z);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const uint64_t seed = mix_seed(dropout_seed, i);
-    // Recomputation only pays when gradients are needed.
-    if (checkpoint_ && is_training() && at::GradMode::is_enabled())
-      state = checkpointed_block(*blocks_[i], state, token_mask, pair_mask, seed, pair_rows);
-    else
+    if (checkpoint) {
+      SavedInputs saved;
+      // The last block's input is needed first in backward, where its copy back could not
+      // overlap anything: it stays. Every other input goes to the host, and each backward
+      // starts bringing back the input of the block before it.
+      if (stash_ && i + 1 < blocks_.size()) {
+        saved.offloaded = {nullptr, stash_->put(static_cast<int64_t>(i), state.z.contiguous())};
+        saved.prefetch = previous;
+        previous = saved.offloaded[1];
+      } else if (stash_) {
+        saved.prefetch = previous;
+      }
+      state = checkpointed_block(*blocks_[i], state, token_mask, pair_mask, seed, pair_rows, saved);
+    } else {
       state = blocks_[i]->forward(state, token_mask, pair_mask, seed, pair_rows);
+    }
+    state.z = boundary(state.z);
   }
+  state.z = state.z.to(dtype);
   return state;
 }
 

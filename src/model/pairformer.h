@@ -5,9 +5,12 @@
 #include <torch/nn/modules/container/modulelist.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/memory_plan.h"
+#include "model/offload.h"
 
 namespace megafold::model {
 
@@ -17,7 +20,10 @@ struct PairformerState {
 };
 
 // Triangle updates, triangle attention and transition of the pair representation, each a
-// residual branch with its AF3 dropout; masks are drawn from dropout_seed.
+// residual branch with its AF3 dropout; masks are drawn from dropout_seed. The memory plan
+// (model/memory_plan.h) decides what each step keeps for backward: under balanced the
+// transition runs on row chunks (it keeps only its input anyway), under frontier every step
+// keeps only its input and recomputes itself chunk by chunk in backward.
 class PairStackImpl : public torch::nn::Module {
  public:
   explicit PairStackImpl(const ModelConfig& cfg);
@@ -29,7 +35,10 @@ class PairStackImpl : public torch::nn::Module {
                           const dist::PairShard& shard);
 
  private:
+  // z + transition(z), on row chunks when the plan chunks.
+  at::Tensor transition_step(const at::Tensor& z);
   double dropout_;
+  MemoryPlan plan_;
   TriangleMultiplication tri_mul_out_{nullptr}, tri_mul_in_{nullptr};
   TriangleAttention tri_attn_start_{nullptr}, tri_attn_end_{nullptr};
   Transition transition_{nullptr};
@@ -40,6 +49,7 @@ class PairformerBlockImpl : public torch::nn::Module {
  public:
   explicit PairformerBlockImpl(const ModelConfig& cfg);
   // token_mask [B, N], pair_mask [B, N, N]; dropout masks are drawn from dropout_seed.
+  // in.z may be bf16 (a rounded block boundary); the block computes in in.s's dtype from it.
   // pair_rows (optional): in.z holds this rank's rows [B, n, N, c_z] and the pair stack runs its
   // row-sharded path (PairStack::forward_rows); the single track stays replicated, its pair bias
   // projected from the rows and joined (AttentionPairBias::forward_rows). On an unsharded
@@ -58,17 +68,28 @@ class PairformerBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(PairformerBlock);
 
+// The blocks in sequence under the model's memory plan: each block recomputed in backward from
+// its input when the plan checkpoints, z rounded to bf16 at every block boundary (the stack's
+// input and output included) when it says so, and the checkpointed inputs held in host memory
+// when it offloads (offload_inputs; the trunk's stack, not the confidence head's four blocks).
+// Kept for backward per checkpointed block: its input, N^2 c_z x 4 bytes (fp32) or x 2 (bf16),
+// on the GPU or the host; otherwise every op's activations (model/layers.h).
 class PairformerStackImpl : public torch::nn::Module {
  public:
-  explicit PairformerStackImpl(const ModelConfig& cfg);
-  // pair_rows: as for PairformerBlock::forward (state.z this rank's rows).
+  explicit PairformerStackImpl(const ModelConfig& cfg, bool offload_inputs = true);
+  // pair_rows: as for PairformerBlock::forward (state.z this rank's rows). Returns z in the
+  // dtype it came in.
   PairformerState forward(PairformerState state, const at::Tensor& token_mask,
                           const at::Tensor& pair_mask, uint64_t dropout_seed,
                           const dist::PairShard* pair_rows = nullptr);
   std::vector<at::Tensor> row_parameters() const;
+  const MemoryPlan& plan() const { return plan_; }
+  // The host copies of block inputs (null when the plan does not offload).
+  HostStash* stash() { return stash_.get(); }
 
  private:
-  bool checkpoint_;
+  MemoryPlan plan_;
+  std::shared_ptr<HostStash> stash_;
   std::vector<PairformerBlock> blocks_;
 };
 TORCH_MODULE(PairformerStack);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "model/memory_plan.h"
 #include "train/builtin_configs.h"
 
 namespace megafold::train {
@@ -104,7 +105,7 @@ void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
   reject_unknown(j, {"c_s", "c_z", "n_blocks", "tri_attn_heads", "tri_attn_head_dim", "tri_mul_hidden",
                      "single_attn_heads", "single_attn_head_dim", "transition_factor", "dropout",
                      "relpos_r_max", "relpos_s_max", "distogram_bins", "distogram_min",
-                     "distogram_max", "checkpoint_blocks", "recycles", "msa", "diffusion", "confidence"}, w);
+                     "distogram_max", "checkpoint_blocks", "memory", "memory_chunk_pairs", "memory_offload", "recycles", "msa", "diffusion", "confidence"}, w);
   if (j.contains("msa")) apply_msa(j["msa"], m.msa, w + " [msa]");
   if (j.contains("diffusion")) apply_diffusion(j["diffusion"], m.diffusion, w + " [diffusion]");
   if (j.contains("confidence")) apply_confidence(j["confidence"], m.confidence, w + " [confidence]");
@@ -125,6 +126,9 @@ void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
   read(j, "distogram_min", m.distogram_min, w);
   read(j, "distogram_max", m.distogram_max, w);
   read(j, "checkpoint_blocks", m.checkpoint_blocks, w);
+  read(j, "memory", m.memory, w);
+  read(j, "memory_chunk_pairs", m.memory_chunk_pairs, w);
+  read(j, "memory_offload", m.memory_offload, w);
 }
 
 void apply_data(const json& j, DataConfig& d, const std::string& w) {
@@ -256,6 +260,12 @@ void validate(const TrainConfig& c, const std::string& origin) {
     non_negative(d.sample_chunk, "model.diffusion.sample_chunk");
   }
   positive(c.model.recycles, "model.recycles");
+  non_negative(c.model.memory_chunk_pairs, "model.memory_chunk_pairs");
+  try {
+    model::parse_memory_mode(c.model.memory);
+  } catch (const Error& e) {
+    throw Error(origin + ": " + e.what());
+  }
   const model::MsaConfig& msa = c.model.msa;
   non_negative(msa.n_blocks, "model.msa.n_blocks");
   if (msa.n_blocks > 0) {
@@ -326,7 +336,8 @@ std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now) {
   std::string diff;
   for (const char* section : {"model", "data"})
     for (auto it = a[section].begin(); it != a[section].end(); ++it)
-      if (it.key() != "dir" && it.key() != "workers" && it.key() != "prefetch" && b[section][it.key()] != it.value())
+      if (it.key() != "dir" && it.key() != "workers" && it.key() != "prefetch" && it.key().rfind("memory", 0) != 0 &&
+          b[section][it.key()] != it.value())
         diff += std::string(diff.empty() ? "" : ", ") + section + "." + it.key() + " " +
                 it.value().dump() + " -> " + b[section][it.key()].dump();
   if (a["seed"] != b["seed"]) diff += std::string(diff.empty() ? "" : ", ") + "seed";
@@ -345,7 +356,8 @@ std::string to_json(const TrainConfig& c) {
                  {"relpos_r_max", m.relpos_r_max}, {"relpos_s_max", m.relpos_s_max},
                  {"distogram_bins", m.distogram_bins}, {"distogram_min", m.distogram_min},
                  {"distogram_max", m.distogram_max}, {"checkpoint_blocks", m.checkpoint_blocks},
-                 {"recycles", m.recycles}, {"msa", msa_json(m.msa)}, {"diffusion", diffusion_json(m.diffusion)},
+                 {"memory", m.memory}, {"memory_chunk_pairs", m.memory_chunk_pairs},
+                 {"memory_offload", m.memory_offload}, {"recycles", m.recycles}, {"msa", msa_json(m.msa)}, {"diffusion", diffusion_json(m.diffusion)},
                  {"confidence", confidence_json(m.confidence)}}},
       {"data", {{"dir", c.data.dir}, {"crop_size", c.data.crop_size},
                 {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size},

@@ -73,8 +73,8 @@ std::string to_json(const TrainConfig& cfg);
 
 // The settings a resumed run must share with its checkpoint (model shape, data and crops, seed:
 // they fix the parameters and the sample stream), as "key old -> new" items; "" when equal.
-// Steps, schedule and logging may change on resume, and so may the data directory's path and
-// the loader's threads.
+// Steps, schedule and logging may change on resume, and so may the data directory's path, the
+// loader's threads and model.memory (the trainer warns when a new mode moves the numerics).
 std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now);
 
 // Parses a JSON config text; `origin` names it in errors.

@@ -1,10 +1,13 @@
 """Kill-and-resume through the CLI: a run SIGKILLed after a checkpoint and resumed with
---resume logs bitwise the same training losses as an uninterrupted run (CPU)."""
+--resume logs bitwise the same training losses as an uninterrupted run (CPU), under every
+memory mode."""
 import json
 import os
 import signal
 import subprocess
 import time
+
+import pytest
 
 CONFIG = {
     "base": "cpu-tiny",
@@ -33,9 +36,12 @@ def train(megafold_bin, source_dir, config, out, *extra, **popen):
     return subprocess.Popen(cmd, **popen)
 
 
-def test_killed_run_resumes_with_identical_losses(megafold_bin, source_dir, tmp_path):
+@pytest.mark.parametrize("memory", ["fast", "balanced", "frontier"])
+def test_killed_run_resumes_with_identical_losses(megafold_bin, source_dir, tmp_path, memory):
     config = tmp_path / "tiny.json"
-    config.write_text(json.dumps(CONFIG))
+    # 100 pairs per chunk: the row-chunked ops of balanced/frontier run on 4 rows of 24 at a time.
+    model = {**CONFIG["model"], "memory": memory, "memory_chunk_pairs": 100}
+    config.write_text(json.dumps({**CONFIG, "model": model}))
 
     full = tmp_path / "full"
     assert train(megafold_bin, source_dir, config, full).wait() == 0
