@@ -60,21 +60,30 @@ at::Tensor AtomWindows::unblock(const at::Tensor& x) const { return x.flatten(1,
 WindowedAttentionImpl::WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads)
     : ConditionedAttentionBase(c_q, c_q, c_p, heads, "p") {}
 
-at::Tensor WindowedAttentionImpl::forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& p,
+at::Tensor WindowedAttentionImpl::bias(const at::Tensor& p) {
+  const at::Tensor b = pair_bias(p);
+  return b.to(at::promote_types(b.scalar_type(), at::kFloat));
+}
+
+at::Tensor WindowedAttentionImpl::forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& bias,
                                           const at::Tensor& mask, const AtomWindows& w) {
-  const int64_t B = q.size(0), A = q.size(1), c_q = q.size(2), H = heads_, d = c_q / H;
-  const at::Tensor proj = project_qkvg(q, c).view({B, A, 4, H, d});
-  const at::Tensor qs = w.queries(proj.select(2, 0));  // [B, blocks, 32, H, d]
-  const at::Tensor ks = w.keys_of(proj.select(2, 1)), vs = w.keys_of(proj.select(2, 2));  // [B, blocks, 128, H, d]
-  const at::Tensor pair = pair_bias(p);  // [B, blocks, 32, 128, H]
-  at::Tensor logits = at::einsum("bnqhd,bnkhd->bnhqk", {qs, ks}) / std::sqrt(static_cast<double>(d)) +
-                      pair.permute({0, 1, 4, 2, 3});
+  const int64_t R = q.size(0), A = q.size(1), c_q = q.size(2), H = heads_, d = c_q / H;
+  const int64_t B = bias.size(0), S = R / B, K = AtomWindows::kKeys;
+  MF_CHECK(S * B == R, "windowed attention: ", R, " rows are not samples of ", B, " examples");
+  const at::Tensor proj = project_qkvg(q, c).view({R, A, 4, H, d});
+  const at::Tensor qs = w.queries(proj.select(2, 0));  // [R, blocks, 32, H, d]
+  const at::Tensor ks = w.keys_of(proj.select(2, 1)), vs = w.keys_of(proj.select(2, 2));  // [R, blocks, 128, H, d]
+  at::Tensor logits = at::einsum("bnqhd,bnkhd->bnhqk", {qs, ks}) / std::sqrt(static_cast<double>(d));
+  // Every sample of an example reads the example's bias [B, blocks, 32, 128, H].
+  const at::Tensor pair = bias.permute({0, 1, 4, 2, 3}).unsqueeze(1).to(logits.scalar_type());
+  logits = (logits.reshape({B, S, w.blocks, H, AtomWindows::kQueries, K}) + pair)
+               .view({R, w.blocks, H, AtomWindows::kQueries, K});
   // Keys outside [0, A) or without an atom are masked; every real atom sees at least itself.
-  const at::Tensor key_ok = w.valid.unsqueeze(0) & (w.keys_of(mask) > 0);  // [B, blocks, 128]
-  logits = logits.masked_fill(key_ok.logical_not().view({B, w.blocks, 1, 1, AtomWindows::kKeys}), -1e9);
+  const at::Tensor key_ok = w.valid.unsqueeze(0) & (w.keys_of(mask) > 0);  // [R, blocks, 128]
+  logits = logits.masked_fill(key_ok.logical_not().view({R, w.blocks, 1, 1, K}), -1e9);
   const at::Tensor probs = at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat));
-  const at::Tensor o = w.unblock(at::einsum("bnhqk,bnkhd->bnqhd", {probs.to(vs.scalar_type()), vs}));  // [B, A, H, d]
-  const at::Tensor gated = (at::sigmoid(proj.select(2, 3)) * o).reshape({B, A, c_q});
+  const at::Tensor o = w.unblock(at::einsum("bnhqk,bnkhd->bnqhd", {probs.to(vs.scalar_type()), vs}));  // [R, A, H, d]
+  const at::Tensor gated = (at::sigmoid(proj.select(2, 3)) * o).reshape({R, A, c_q});
   return gated_output(gated, c);
 }
 
@@ -85,10 +94,18 @@ AtomTransformerImpl::AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t block
   }
 }
 
-at::Tensor AtomTransformerImpl::forward(at::Tensor q, const at::Tensor& c, const at::Tensor& p,
+std::vector<at::Tensor> AtomTransformerImpl::pair_biases(const at::Tensor& p) {
+  std::vector<at::Tensor> biases;
+  for (auto& attn : attn_) biases.push_back(attn->bias(p));
+  return biases;
+}
+
+at::Tensor AtomTransformerImpl::forward(at::Tensor q, const at::Tensor& c, const std::vector<at::Tensor>& biases,
                                         const at::Tensor& mask, const AtomWindows& w) {
+  MF_CHECK(biases.size() == attn_.size(), "atom transformer: ", biases.size(), " pair biases for ", attn_.size(),
+           " blocks");
   for (size_t i = 0; i < attn_.size(); ++i) {
-    q = q + attn_[i](q, c, p, mask, w);
+    q = q + attn_[i](q, c, biases[i], mask, w);
     q = q + transition_[i](q, c);
   }
   return q;
@@ -150,19 +167,19 @@ AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatur
   return {c, p};
 }
 
-AtomEncoding AtomAttentionEncoderImpl::forward(const AtomConditioning& cond, const at::Tensor& atom_mask,
-                                               const at::Tensor& r, const AtomWindows& w) {
-  const int64_t B = cond.c.size(0), A = cond.c.size(1), N = A / kMaxAtomsPerToken;
-  MF_CHECK(atom_mask.dim() == 2 && atom_mask.size(0) == B && atom_mask.size(1) == A,
-           "AtomAttentionEncoder: atom_mask must be [B, A] = [", B, ", ", A, "], got ", atom_mask.sizes());
-  const auto opts = cond.c.options();
+AtomEncoding AtomAttentionEncoderImpl::forward(const at::Tensor& c, const std::vector<at::Tensor>& biases,
+                                               const at::Tensor& atom_mask, const at::Tensor& r, const AtomWindows& w) {
+  const int64_t R = c.size(0), A = c.size(1), N = A / kMaxAtomsPerToken;
+  MF_CHECK(atom_mask.dim() == 2 && atom_mask.size(0) == R && atom_mask.size(1) == A,
+           "AtomAttentionEncoder: atom_mask must be [R, A] = [", R, ", ", A, "], got ", atom_mask.sizes());
+  const auto opts = c.options();
   // Line 8: the noisy positions.
-  const at::Tensor q = transformer_(r.defined() ? cond.c + at::linear(r, w_r_) : cond.c, cond.c, cond.p, atom_mask, w);
+  const at::Tensor q = transformer_(r.defined() ? c + at::linear(r, w_r_) : c, c, biases, atom_mask, w);
   // Line 15: mean over each token's atoms.
-  const at::Tensor m = atom_mask.to(opts).view({B, N, kMaxAtomsPerToken, 1});
-  const at::Tensor per_atom = at::relu(at::linear(q, w_a_)).view({B, N, kMaxAtomsPerToken, c_token_});
+  const at::Tensor m = atom_mask.to(opts).view({R, N, kMaxAtomsPerToken, 1});
+  const at::Tensor per_atom = at::relu(at::linear(q, w_a_)).view({R, N, kMaxAtomsPerToken, c_token_});
   const at::Tensor a = (per_atom * m).sum(2) / m.sum(2).clamp_min(1);
-  return {a, q, cond.c, cond.p};
+  return {a, q, c};
 }
 
 AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg) {
@@ -173,10 +190,11 @@ AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg) {
   transformer_ = register_module("transformer", AtomTransformer(cfg.c_atom, cfg.c_atompair, cfg.atom_blocks, cfg.atom_heads));
 }
 
-at::Tensor AtomAttentionDecoderImpl::forward(const at::Tensor& a, const AtomEncoding& skip, const at::Tensor& atom_mask,
+at::Tensor AtomAttentionDecoderImpl::forward(const at::Tensor& a, const AtomEncoding& skip,
+                                             const std::vector<at::Tensor>& biases, const at::Tensor& atom_mask,
                                              const AtomWindows& w) {
   at::Tensor q = to_atoms(at::linear(a, w_a_)) + skip.q_skip;
-  q = transformer_(q, skip.c_skip, skip.p_skip, atom_mask, w);
+  q = transformer_(q, skip.c_skip, biases, atom_mask, w);
   return at::linear(at::layer_norm(q, {q.size(-1)}, ln_w_, ln_b_), w_out_);
 }
 

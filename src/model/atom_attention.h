@@ -40,17 +40,23 @@ struct AtomWindows {
 class WindowedAttentionImpl : public ConditionedAttentionBase {
  public:
   WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads);
-  // q, c [B, A, c_q]; p [B, blocks, 32, 128, c_p]; mask [B, A] -> [B, A, c_q]
-  at::Tensor forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& p, const at::Tensor& mask,
+  // The window pair bias [B, blocks, 32, 128, H] (fp32) from p [B, blocks, 32, 128, c_p]: it
+  // does not depend on the noise, so one trunk pass computes it for every sample.
+  at::Tensor bias(const at::Tensor& p);
+  // q, c [B * S, A, c_q] (S samples per example, example-major); bias from bias();
+  // mask [B * S, A] -> [B * S, A, c_q]
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& bias, const at::Tensor& mask,
                      const AtomWindows& w);
 };
 TORCH_MODULE(WindowedAttention);
 
-// AF3 SI Alg. 7: blocks of q += windowed attention(q, c, p); q += transition(q, c).
+// AF3 SI Alg. 7: blocks of q += windowed attention(q, c, bias); q += transition(q, c).
 class AtomTransformerImpl : public torch::nn::Module {
  public:
   AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads);
-  at::Tensor forward(at::Tensor q, const at::Tensor& c, const at::Tensor& p, const at::Tensor& mask,
+  // Every block's window pair bias from p (see WindowedAttention::bias).
+  std::vector<at::Tensor> pair_biases(const at::Tensor& p);
+  at::Tensor forward(at::Tensor q, const at::Tensor& c, const std::vector<at::Tensor>& biases, const at::Tensor& mask,
                      const AtomWindows& w);
  private:
   std::vector<WindowedAttention> attn_;
@@ -59,10 +65,9 @@ class AtomTransformerImpl : public torch::nn::Module {
 TORCH_MODULE(AtomTransformer);
 
 struct AtomEncoding {
-  at::Tensor a;       // [B, N, c_token] token activations: mean over each token's atoms
-  at::Tensor q_skip;  // [B, A, c_atom]
-  at::Tensor c_skip;  // [B, A, c_atom]
-  at::Tensor p_skip;  // [B, blocks, 32, 128, c_atompair]
+  at::Tensor a;       // [B * S, N, c_token] token activations: mean over each token's atoms
+  at::Tensor q_skip;  // [B * S, A, c_atom]
+  at::Tensor c_skip;  // [B * S, A, c_atom]
 };
 
 // The atom single and window pair conditioning of Alg. 5 (lines 1-7 and 9-14): everything
@@ -81,10 +86,13 @@ class AtomAttentionEncoderImpl : public torch::nn::Module {
   // (diffusion) or both undefined (the trunk's input embedder use).
   AtomConditioning condition(const data::ReferenceFeatures& ref, const at::Tensor& s_trunk, const at::Tensor& z,
                              const AtomWindows& w);
-  // atom_mask [B, A] (atoms that exist); r [B, A, 3] scaled noisy positions, given exactly
-  // when the conditioning saw s_trunk and z.
-  AtomEncoding forward(const AtomConditioning& cond, const at::Tensor& atom_mask, const at::Tensor& r,
-                       const AtomWindows& w);
+  // Its atom transformer's window pair biases from the conditioning's p (once per trunk pass).
+  std::vector<at::Tensor> pair_biases(const at::Tensor& p) { return transformer_->pair_biases(p); }
+  // c [B * S, A, c_atom] the conditioning's c for each sample; biases from pair_biases();
+  // atom_mask [B * S, A] (atoms that exist); r [B * S, A, 3] scaled noisy positions, given
+  // exactly when the conditioning saw s_trunk and z.
+  AtomEncoding forward(const at::Tensor& c, const std::vector<at::Tensor>& biases, const at::Tensor& atom_mask,
+                       const at::Tensor& r, const AtomWindows& w);
  private:
   int64_t c_token_;
   at::Tensor w_feat_, w_d_, w_inv_, w_v_, ln_s_w_, ln_s_b_, w_s_, ln_z_w_, ln_z_b_, w_z_, w_r_, w_cl_, w_cm_,
@@ -97,9 +105,10 @@ TORCH_MODULE(AtomAttentionEncoder);
 class AtomAttentionDecoderImpl : public torch::nn::Module {
  public:
   AtomAttentionDecoderImpl(const DiffusionConfig& cfg);
-  // a [B, N, c_token] -> r_update [B, A, 3]
-  at::Tensor forward(const at::Tensor& a, const AtomEncoding& skip, const at::Tensor& atom_mask,
-                     const AtomWindows& w);
+  std::vector<at::Tensor> pair_biases(const at::Tensor& p) { return transformer_->pair_biases(p); }
+  // a [B * S, N, c_token], biases from pair_biases() -> r_update [B * S, A, 3]
+  at::Tensor forward(const at::Tensor& a, const AtomEncoding& skip, const std::vector<at::Tensor>& biases,
+                     const at::Tensor& atom_mask, const AtomWindows& w);
  private:
   at::Tensor w_a_, ln_w_, ln_b_, w_out_;
   AtomTransformer transformer_{nullptr};

@@ -91,16 +91,21 @@ at::Tensor ConditionedAttentionBase::gated_output(const at::Tensor& o, const at:
 ConditionedAttentionImpl::ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t heads)
     : ConditionedAttentionBase(c_a, c_s, c_z, heads, "z") {}
 
-at::Tensor ConditionedAttentionImpl::forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& z,
-                                             const at::Tensor& mask, const at::Tensor& beta) {
-  const int64_t B = a.size(0), N = a.size(1), c_a = a.size(2), H = heads_, d = c_a / H;
+at::Tensor ConditionedAttentionImpl::bias(const at::Tensor& z) {
+  const at::Tensor b = pair_bias(z);
+  return b.permute({0, 3, 1, 2}).to(at::promote_types(b.scalar_type(), at::kFloat));  // [B, H, N, N]
+}
+
+at::Tensor ConditionedAttentionImpl::forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& bias,
+                                             const at::Tensor& mask) {
+  const int64_t B = bias.size(0), S = a.size(0) / B, N = a.size(1), c_a = a.size(2), H = heads_, d = c_a / H;
+  MF_CHECK(S * B == a.size(0), "conditioned attention: ", a.size(0), " rows are not samples of ", B, " examples");
+  // The S samples of an example are the attention's rows; all of them read the example's bias.
   // unbind, not a select per part: backward stacks the four gradients in one pass.
-  const std::vector<at::Tensor> qkvg = project_qkvg(a, s).view({B, 1, N, 4, H, d}).unbind(3);
-  at::Tensor bias = pair_bias(z).permute({0, 3, 1, 2});  // [B, H, N, N]
-  if (beta.defined()) bias = bias + beta;
-  const at::Tensor o = ops::triangle_attention(qkvg[0], qkvg[1], qkvg[2], bias, mask.view({B, 1, N}),
-                                               qkvg[3]);  // [B, 1, N, H, d]
-  return gated_output(o.reshape({B, N, c_a}), s);
+  const std::vector<at::Tensor> qkvg = project_qkvg(a, s).view({B, S, N, 4, H, d}).unbind(3);
+  const at::Tensor o = ops::triangle_attention(qkvg[0], qkvg[1], qkvg[2], bias, mask.view({B, 1, N}).expand({B, S, N}),
+                                               qkvg[3]);  // [B, S, N, H, d]
+  return gated_output(o.reshape({B * S, N, c_a}), s);
 }
 
 DiffusionTransformerImpl::DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks,
@@ -111,10 +116,18 @@ DiffusionTransformerImpl::DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int
   }
 }
 
-at::Tensor DiffusionTransformerImpl::forward(at::Tensor a, const at::Tensor& s, const at::Tensor& z,
-                                             const at::Tensor& mask, const at::Tensor& beta) {
+std::vector<at::Tensor> DiffusionTransformerImpl::pair_biases(const at::Tensor& z) {
+  std::vector<at::Tensor> biases;
+  for (auto& attn : attn_) biases.push_back(attn->bias(z));
+  return biases;
+}
+
+at::Tensor DiffusionTransformerImpl::forward(at::Tensor a, const at::Tensor& s, const std::vector<at::Tensor>& biases,
+                                             const at::Tensor& mask) {
+  MF_CHECK(biases.size() == attn_.size(), "diffusion transformer: ", biases.size(), " pair biases for ", attn_.size(),
+           " blocks");
   for (size_t i = 0; i < attn_.size(); ++i) {
-    a = a + attn_[i](a, s, z, mask, beta);
+    a = a + attn_[i](a, s, biases[i], mask);
     a = a + transition_[i](a, s);
   }
   return a;

@@ -66,26 +66,32 @@ class ConditionedAttentionBase : public torch::nn::Module {
   at::Tensor w_qkvg_, b_q_, ln_pair_w_, ln_pair_b_, w_pair_, w_o_, w_gate_, b_gate_;
 };
 
-// AF3 SI Alg. 24 with conditioning: AdaLN on a, pair bias LinearNoBias(LN(z)) plus an
-// optional additive bias beta [B, H, N, N] (the atom transformer's locality mask), sigmoid
-// gate from a, output gated by sigmoid(Linear(s)) (bias -2). Runs the shared attention core
-// (ops::triangle_attention with one row). Returns the branch only.
+// AF3 SI Alg. 24 with conditioning: AdaLN on a, pair bias LinearNoBias(LN(z)), sigmoid gate
+// from a, output gated by sigmoid(Linear(s)) (bias -2). Runs the shared attention core
+// (ops::triangle_attention) with the samples of an example as its rows, all of them reading
+// one pair bias. Returns the branch only.
 class ConditionedAttentionImpl : public ConditionedAttentionBase {
  public:
   ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t heads);
-  // a [B, N, c_a], s [B, N, c_s], z [B, N, N, c_z], mask [B, N] -> [B, N, c_a]
-  at::Tensor forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& z, const at::Tensor& mask,
-                     const at::Tensor& beta = {});
+  // The pair bias [B, H, N, N] (fp32) from z [B, N, N, c_z]: it does not depend on the noise,
+  // so one trunk pass computes it once for all samples and noise levels.
+  at::Tensor bias(const at::Tensor& z);
+  // a [B * S, N, c_a] and s [B * S, N, c_s] (S samples per example, example-major), bias from
+  // bias() (plus any additive bias of the same shape), mask [B, N] -> [B * S, N, c_a]
+  at::Tensor forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& bias, const at::Tensor& mask);
 };
 TORCH_MODULE(ConditionedAttention);
 
-// AF3 SI Alg. 23: blocks of a += attention(a, s, z, beta); a += transition(a, s). (The SI's
+// AF3 SI Alg. 23: blocks of a += attention(a, s, bias); a += transition(a, s). (The SI's
 // pseudo-code omits the first residual; Protenix and Boltz add it, as here.)
 class DiffusionTransformerImpl : public torch::nn::Module {
  public:
   DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks, int64_t heads, int64_t n);
-  at::Tensor forward(at::Tensor a, const at::Tensor& s, const at::Tensor& z, const at::Tensor& mask,
-                     const at::Tensor& beta = {});
+  // Every block's pair bias [B, H, N, N] (fp32) from z [B, N, N, c_z]: 4 H N^2 bytes per block,
+  // once per trunk pass instead of once per sample.
+  std::vector<at::Tensor> pair_biases(const at::Tensor& z);
+  // a, s [B * S, N, c] (example-major samples), biases from pair_biases, mask [B, N].
+  at::Tensor forward(at::Tensor a, const at::Tensor& s, const std::vector<at::Tensor>& biases, const at::Tensor& mask);
  private:
   std::vector<ConditionedAttention> attn_;
   std::vector<ConditionedTransition> transition_;

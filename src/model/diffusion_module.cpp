@@ -57,16 +57,36 @@ DiffusionModuleImpl::DiffusionModuleImpl(const DiffusionConfig& cfg, const Model
   ln_a_b_ = register_parameter("ln_a_bias", torch::zeros({cfg.c_token}));
 }
 
+std::vector<at::Tensor> DiffusionModuleImpl::Prepared::tensors() const {
+  std::vector<at::Tensor> t{s_base, atom_c};
+  for (const auto* v : {&token_biases, &encoder_biases, &decoder_biases}) t.insert(t.end(), v->begin(), v->end());
+  return t;
+}
+
+void DiffusionModuleImpl::Prepared::set_tensors(const std::vector<at::Tensor>& t) {
+  MF_CHECK(t.size() == 2 + token_biases.size() + encoder_biases.size() + decoder_biases.size(),
+           "diffusion: prepared tensors do not match");
+  size_t k = 0;
+  s_base = t[k++];
+  atom_c = t[k++];
+  for (auto* v : {&token_biases, &encoder_biases, &decoder_biases})
+    for (at::Tensor& x : *v) x = t[k++];
+}
+
 DiffusionModuleImpl::Prepared DiffusionModuleImpl::prepare(const TrunkContext& ctx) {
   const data::Batch& b = *ctx.batch;
   Prepared p;
   p.ctx = &ctx;
-  p.z = conditioning_->pair(ctx.z_trunk, relpos_(b));
+  const at::Tensor z = conditioning_->pair(ctx.z_trunk, relpos_(b));
   p.s_base = conditioning_->single_base(ctx.s_inputs, ctx.s_trunk);
   const int64_t B = b.size(), A = b.n_tokens() * kMaxAtomsPerToken;
   p.atom_mask = (b.atom_mask * b.token_mask.unsqueeze(-1)).reshape({B, A});
   p.windows = std::make_shared<AtomWindows>(A, b.restype.device());
-  p.atoms = encoder_->condition(data::reference_features(b.restype), ctx.s_trunk, p.z, *p.windows);
+  const AtomConditioning atoms = encoder_->condition(data::reference_features(b.restype), ctx.s_trunk, z, *p.windows);
+  p.atom_c = atoms.c;
+  p.token_biases = transformer_->pair_biases(z);
+  p.encoder_biases = encoder_->pair_biases(atoms.p);
+  p.decoder_biases = decoder_->pair_biases(atoms.p);
   return p;
 }
 
@@ -74,18 +94,16 @@ at::Tensor DiffusionModuleImpl::forward(const at::Tensor& x_noisy, const at::Ten
   const TrunkContext& ctx = *p.ctx;
   const int64_t S = samples_of(x_noisy, ctx);
   const double sd = cfg_.sigma_data;
-  const at::Tensor z = per_sample(p.z, S);
   const at::Tensor s = conditioning_->single(t, per_sample(p.s_base, S));
   const at::Tensor atom_mask = per_sample(p.atom_mask, S);
   const at::Tensor t3 = t.view({-1, 1, 1});
   // EDM preconditioning: the network sees positions of unit scale.
   const at::Tensor r_noisy = x_noisy / at::sqrt(t3 * t3 + sd * sd);
-  const AtomEncoding enc =
-      encoder_(AtomConditioning{per_sample(p.atoms.c, S), per_sample(p.atoms.p, S)}, atom_mask, r_noisy, *p.windows);
+  const AtomEncoding enc = encoder_(per_sample(p.atom_c, S), p.encoder_biases, atom_mask, r_noisy, *p.windows);
   at::Tensor a = enc.a + at::linear(at::layer_norm(s, {s.size(-1)}, ln_s_w_, ln_s_b_), w_s_);
-  a = transformer_(a, s, z, per_sample(ctx.batch->token_mask, S));
+  a = transformer_(a, s, p.token_biases, ctx.batch->token_mask);
   a = at::layer_norm(a, {a.size(-1)}, ln_a_w_, ln_a_b_);
-  const at::Tensor r_update = decoder_(a, enc, atom_mask, *p.windows);
+  const at::Tensor r_update = decoder_(a, enc, p.decoder_biases, atom_mask, *p.windows);
   return sd * sd / (sd * sd + t3 * t3) * x_noisy + sd * t3 / at::sqrt(sd * sd + t3 * t3) * r_update;
 }
 
@@ -152,12 +170,10 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
       auto fn = [module, prep, ctx_copy, terms](const std::vector<at::Tensor>& in) mutable {
         DiffusionModuleImpl::Prepared p = prep;
         p.ctx = ctx_copy.get();
-        p.z = in[0];
-        p.s_base = in[1];
-        p.atoms = AtomConditioning{in[2], in[3]};
+        p.set_tensors(in);
         return row_loss(module, p, terms);
       };
-      const auto part = checkpointed(fn, {prep.z, prep.s_base, prep.atoms.c, prep.atoms.p});
+      const auto part = checkpointed(fn, prep.tensors());
       if (sums.empty()) sums = part;
       else for (size_t i = 0; i < sums.size(); ++i) sums[i] = sums[i] + part[i];
     }

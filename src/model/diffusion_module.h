@@ -30,14 +30,21 @@ class DiffusionModuleImpl : public torch::nn::Module {
  public:
   DiffusionModuleImpl(const DiffusionConfig& cfg, const ModelConfig& trunk, int64_t c_s_inputs);
 
-  // Everything that does not depend on the noise: computed once per trunk pass.
+  // Everything that does not depend on the noise: computed once per trunk pass and shared by
+  // every sample. The pair representations themselves (the conditioned z, the atom window
+  // pairs) are needed only through the attention biases projected from them, so those are
+  // what is kept: per token-transformer block [B, H, N, N], per atom-transformer block
+  // [B, blocks, 32, 128, H_atom], all fp32 (their gradients sum over samples and chunks).
   struct Prepared {
     const TrunkContext* ctx = nullptr;
-    at::Tensor z;                  // [B, N, N, c_z] conditioned pair (Alg. 21, pair half)
-    at::Tensor s_base;             // [B, N, c_s] projected single before the noise level
-    AtomConditioning atoms;        // atom single and window pair conditioning (Alg. 5)
-    at::Tensor atom_mask;          // [B, A] resolved atoms of real tokens
+    at::Tensor s_base;                   // [B, N, c_s] projected single before the noise level
+    at::Tensor atom_c;                   // [B, A, c_atom] atom single conditioning (Alg. 5)
+    std::vector<at::Tensor> token_biases, encoder_biases, decoder_biases;
+    at::Tensor atom_mask;                // [B, A] resolved atoms of real tokens
     std::shared_ptr<AtomWindows> windows;
+    // The tensors above that carry gradients, in a fixed order (checkpoint inputs), and back.
+    std::vector<at::Tensor> tensors() const;
+    void set_tensors(const std::vector<at::Tensor>& t);
   };
   Prepared prepare(const TrunkContext& ctx);
 

@@ -8,6 +8,7 @@
 #include "core/seed.h"
 #include "data/residue_constants.h"
 #include "dist/process_group.h"
+#include "model/memory_plan.h"
 
 namespace megafold::model {
 
@@ -75,8 +76,8 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   Losses l{d.loss, d.loss, d.accuracy, {}, {}, {}, {}};
   if (!has_diffusion()) return l;
   const TrunkContext ctx{&batch, out.s_inputs, out.s, out.z};
-  const DiffusionLoss dl = diffusion_loss(diffusion_, ctx, cfg_.diffusion.samples, cfg_.diffusion.sample_chunk,
-                                          noise_seed);
+  const DiffusionLoss dl = diffusion_loss(diffusion_, ctx, cfg_.diffusion.samples,
+                                          diffusion_sample_chunk(cfg_, batch.n_tokens()), noise_seed);
   l.total = l.total + cfg_.diffusion.weight * dl.total;
   l.diffusion_mse = dl.mse;
   l.smooth_lddt = dl.smooth_lddt;

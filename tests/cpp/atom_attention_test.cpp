@@ -64,19 +64,23 @@ TEST_F(AtomAttention, EncoderIsLocalAndIgnoresMissingAtoms) {
   randomise_parameters(*enc);
   const Inputs in = inputs(B, N, c_s, c_z, torch::kFloat);
   const AtomWindows w(A, at::kCPU);
-  const AtomEncoding e = enc(enc->condition(in.ref, in.s, in.z, w), in.mask, in.r, w);
+  const AtomConditioning cond = enc->condition(in.ref, in.s, in.z, w);
+  EXPECT_EQ(cond.p.sizes(), (std::vector<int64_t>{B, w.blocks, 32, 128, cfg.c_atompair}));
+  const std::vector<at::Tensor> biases = enc->pair_biases(cond.p);
+  ASSERT_EQ(biases.size(), static_cast<size_t>(cfg.atom_blocks));
+  EXPECT_EQ(biases[0].sizes(), (std::vector<int64_t>{B, w.blocks, 32, 128, cfg.atom_heads}));
+  const AtomEncoding e = enc(cond.c, biases, in.mask, in.r, w);
   EXPECT_EQ(e.a.sizes(), (std::vector<int64_t>{B, N, cfg.c_token}));
   EXPECT_EQ(e.q_skip.sizes(), (std::vector<int64_t>{B, A, cfg.c_atom}));
-  EXPECT_EQ(e.p_skip.sizes(), (std::vector<int64_t>{B, w.blocks, 32, 128, cfg.c_atompair}));
   // Three blocks of 128-key windows: atoms of block 0 see at most atoms < 208.
   at::Tensor r2 = in.r.clone();
   r2.narrow(1, 224, A - 224).normal_();
-  const AtomEncoding far = enc(enc->condition(in.ref, in.s, in.z, w), in.mask, r2, w);
+  const AtomEncoding far = enc(cond.c, biases, in.mask, r2, w);
   EXPECT_TRUE(at::allclose(far.q_skip.narrow(1, 0, 32), e.q_skip.narrow(1, 0, 32), 1e-5, 1e-6));
   EXPECT_GT((far.q_skip - e.q_skip).abs().max().item<float>(), 1e-3f);
   // Empty slots' positions never reach real atoms.
   const at::Tensor r3 = torch::where(in.mask.unsqueeze(-1) > 0, in.r, torch::randn_like(in.r));
-  const AtomEncoding empty = enc(enc->condition(in.ref, in.s, in.z, w), in.mask, r3, w);
+  const AtomEncoding empty = enc(cond.c, biases, in.mask, r3, w);
   const at::Tensor real = in.mask.view({B, A, 1});
   EXPECT_TRUE(at::allclose(empty.q_skip * real, e.q_skip * real, 1e-5, 1e-6));
   EXPECT_TRUE(at::allclose(empty.a, e.a, 1e-5, 1e-6));
@@ -89,11 +93,12 @@ TEST_F(AtomAttention, FreshDecoderPredictsNoUpdateAndGradientsFlow) {
   AtomAttentionDecoder dec(cfg);
   const Inputs in = inputs(B, N, c_s, c_z, torch::kFloat);
   const AtomWindows w(A, at::kCPU);
-  const AtomEncoding e = enc(enc->condition(in.ref, in.s, in.z, w), in.mask, in.r, w);
+  const AtomConditioning cond = enc->condition(in.ref, in.s, in.z, w);
+  const AtomEncoding e = enc(cond.c, enc->pair_biases(cond.p), in.mask, in.r, w);
   const at::Tensor a = torch::randn({B, N, cfg.c_token}, torch::requires_grad());
-  EXPECT_EQ(dec(a, e, in.mask, w).abs().max().item<float>(), 0.f);  // zero output projection
+  EXPECT_EQ(dec(a, e, dec->pair_biases(cond.p), in.mask, w).abs().max().item<float>(), 0.f);  // zero output projection
   randomise_parameters(*dec);
-  const at::Tensor out = dec(a, e, in.mask, w);
+  const at::Tensor out = dec(a, e, dec->pair_biases(cond.p), in.mask, w);
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{B, A, 3}));
   out.sum().backward();
   EXPECT_GT(a.grad().abs().sum().item<float>(), 0.f);
@@ -113,8 +118,9 @@ TEST_F(AtomAttention, GradientsMatchFiniteDifferences) {
   const AtomWindows w(A, at::kCPU);
   expect_gradients_match_finite_differences(
       [&](const std::vector<at::Tensor>& x) {
-        const AtomEncoding e = enc(enc->condition(in.ref, x[1], in.z, w), in.mask, x[0], w);
-        return dec(e.a, e, in.mask, w) * in.mask.view({B, A, 1});
+        const AtomConditioning cond = enc->condition(in.ref, x[1], in.z, w);
+        const AtomEncoding e = enc(cond.c, enc->pair_biases(cond.p), in.mask, x[0], w);
+        return dec(e.a, e, dec->pair_biases(cond.p), in.mask, w) * in.mask.view({B, A, 1});
       },
       {in.r.clone().requires_grad_(true), in.s.clone().requires_grad_(true)});
 }

@@ -1,6 +1,7 @@
 // Token-level diffusion pieces: Fourier embedding, adaptive LayerNorm against its formula,
 // a fresh transformer is the identity, padding and locality masks cut the right dependencies,
-// conditioning follows the noise level, gradients match finite differences.
+// samples share their example's pair bias, conditioning follows the noise level, gradients
+// match finite differences.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -48,23 +49,52 @@ TEST_F(Diffusion, FreshTransformerIsTheIdentityAndMasksCutDependencies) {
   const at::Tensor a = torch::randn({B, N, c_a}), s = torch::randn({B, N, c_s}), z = torch::randn({B, N, N, c_z});
   at::Tensor mask = torch::ones({B, N});
   mask.narrow(1, N - 3, 3).zero_();  // three padding tokens
-  EXPECT_TRUE(at::equal(tr(a, s, z, mask), a));  // zero-initialised output projections
+  EXPECT_TRUE(at::equal(tr(a, s, tr->pair_biases(z), mask), a));  // zero-initialised output projections
 
   randomise_parameters(*tr);
-  const at::Tensor out = tr(a, s, z, mask);
+  const std::vector<at::Tensor> biases = tr->pair_biases(z);
+  ASSERT_EQ(biases.size(), 2u);
+  EXPECT_EQ(biases[0].sizes(), (std::vector<int64_t>{B, 4, N, N}));
+  const at::Tensor out = tr(a, s, biases, mask);
   EXPECT_GT((out - a).abs().max().item<float>(), 1e-2f);
   // Padding tokens' inputs do not reach the real tokens.
   at::Tensor a2 = a.clone(), z2 = z.clone();
   a2.narrow(1, N - 3, 3).normal_();
   z2.narrow(2, N - 3, 3).normal_();
-  EXPECT_TRUE(at::allclose(tr(a2, s, z2, mask).narrow(1, 0, N - 3), out.narrow(1, 0, N - 3), 1e-5, 1e-6));
-  // A locality bias that lets every token see only itself: token 0 ignores all others.
+  EXPECT_TRUE(at::allclose(tr(a2, s, tr->pair_biases(z2), mask).narrow(1, 0, N - 3), out.narrow(1, 0, N - 3), 1e-5,
+                           1e-6));
+  // A locality bias added to the pair biases lets every token see only itself: token 0
+  // ignores all others.
   const at::Tensor beta = (1 - torch::eye(N)) * -1e9;
-  const at::Tensor local = tr(a, s, z, mask, beta.expand({B, 4, N, N}));
+  std::vector<at::Tensor> local_biases;
+  for (const at::Tensor& b : biases) local_biases.push_back(b + beta);
+  const at::Tensor local = tr(a, s, local_biases, mask);
   at::Tensor a3 = a.clone();
   a3.narrow(1, 1, N - 1).normal_();
-  EXPECT_TRUE(at::allclose(tr(a3, s, z, mask, beta.expand({B, 4, N, N})).select(1, 0), local.select(1, 0), 1e-5,
-                           1e-6));
+  EXPECT_TRUE(at::allclose(tr(a3, s, local_biases, mask).select(1, 0), local.select(1, 0), 1e-5, 1e-6));
+}
+
+// Samples of one example share its pair biases (the attention core's rows): running three
+// samples at once gives each sample's result alone, and examples do not mix.
+TEST_F(Diffusion, SamplesShareTheirExamplesPairBias) {
+  const int64_t B = 2, S = 3, N = 7, c_a = 16, c_s = 8, c_z = 4;
+  DiffusionTransformer tr(c_a, c_s, c_z, 2, 4, 2);
+  randomise_parameters(*tr);
+  const at::Tensor z = torch::randn({B, N, N, c_z});
+  at::Tensor mask = torch::ones({B, N});
+  mask[1][N - 1] = 0;
+  const at::Tensor a = torch::randn({B * S, N, c_a}), s = torch::randn({B * S, N, c_s});
+  const std::vector<at::Tensor> biases = tr->pair_biases(z);
+  const at::Tensor all = tr(a, s, biases, mask);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<at::Tensor> mine;
+    for (const at::Tensor& x : biases) mine.push_back(x.narrow(0, b, 1));
+    for (int64_t k = 0; k < S; ++k) {
+      const int64_t row = b * S + k;
+      const at::Tensor one = tr(a.narrow(0, row, 1), s.narrow(0, row, 1), mine, mask.narrow(0, b, 1));
+      EXPECT_TRUE(at::allclose(all.narrow(0, row, 1), one, 1e-5, 1e-6)) << "example " << b << " sample " << k;
+    }
+  }
 }
 
 TEST_F(Diffusion, ConditioningFollowsTheNoiseLevel) {
@@ -93,7 +123,7 @@ TEST_F(Diffusion, GradientsMatchFiniteDifferences) {
   at::Tensor mask = torch::ones({B, N}, torch::kDouble);
   mask[0][N - 1] = 0;
   expect_gradients_match_finite_differences(
-      [&](const std::vector<at::Tensor>& x) { return tr(x[0], x[1], z, mask); },
+      [&](const std::vector<at::Tensor>& x) { return tr(x[0], x[1], tr->pair_biases(z), mask); },
       {torch::randn({B, N, c_a}, torch::kDouble).requires_grad_(true),
        torch::randn({B, N, c_s}, torch::kDouble).requires_grad_(true)});
 }

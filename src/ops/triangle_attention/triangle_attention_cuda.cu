@@ -105,7 +105,7 @@ void backward_prologue(const TriangleAttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool supported_head_dim(int64_t d) { return d == 16 || d == 24 || d == 32 || d == 64; }
+bool supported_head_dim(int64_t d) { return d == 16 || d == 24 || d == 32 || d == 48 || d == 64; }
 
 int64_t dbias_partials(const TriangleAttentionParams& p) {
   return p.dtype == DType::kFloat32 ? 0 : dbias_partials_mma(p);

@@ -87,8 +87,9 @@ TEST_F(TriangleAttentionCuda, LargeRowsAndTileRemainders) {
 
 TEST_F(TriangleAttentionCuda, AllDtypesAndHeadDims) {
   for (auto dt : {at::kFloat, at::kHalf, at::kBFloat16})
-    for (int64_t d : {16, 24, 32, 64}) check_case({dt, 37, 9, 2, d});
+    for (int64_t d : {16, 24, 32, 48, 64}) check_case({dt, 37, 9, 2, d});
   check_case({at::kBFloat16, 57, 3, 16, 24});  // single attention with pair bias: 16 heads, d=24
+  check_case({at::kBFloat16, 131, 8, 16, 48});  // diffusion transformer: 16 heads, d=48, 8 samples as rows
 }
 
 // MSA column attention has no bias; single attention with pair bias has one row and no mask;

@@ -52,11 +52,20 @@ constexpr int kNT = kCols / 8;      // 8-wide column tiles across a streamed til
 constexpr int kHalfNT = kNT / 2;    // ... across half of one (dkv works in halves)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Head dim d padded to the mma k-step (16); shared rows get 8 more elements so that the
-// 32-bit fragment loads and ldmatrix rows of 8 consecutive rows hit distinct banks.
+// Head dim d padded to the mma k-step (16), and on to a row of 16-byte pieces whose count
+// divides the block's threads, so that a tile loader's pass covers whole rows (d = 48 pads to
+// 64: six pieces do not divide 256 threads); the padding is zeros and never stored.
+constexpr int padded_head_dim(int d) {
+  int p = (d + 15) / 16 * 16;
+  while (kThreads % (p / 8) != 0) p += 16;
+  return p;
+}
+
+// Shared rows get 8 more elements than P so that the 32-bit fragment loads and ldmatrix rows
+// of 8 consecutive rows hit distinct banks.
 template <int D>
 struct Dim {
-  static constexpr int P = (D + 15) / 16 * 16;
+  static constexpr int P = padded_head_dim(D);
   static constexpr int S = P + 8;
 };
 
@@ -942,6 +951,7 @@ void dispatch(const TriangleAttentionParams& p, cudaStream_t stream, bool backwa
     case 16: return run(launch_forward<T, 16>, launch_backward<T, 16>);
     case 24: return run(launch_forward<T, 24>, launch_backward<T, 24>);
     case 32: return run(launch_forward<T, 32>, launch_backward<T, 32>);
+    case 48: return run(launch_forward<T, 48>, launch_backward<T, 48>);
     case 64: return run(launch_forward<T, 64>, launch_backward<T, 64>);
     default: MF_CHECK(false, "triangle_attention CUDA: head dim ", p.d, " is not instantiated");
   }

@@ -304,6 +304,7 @@ void dispatch(const TriangleAttentionParams& p, void* stream, bool backward) {
     case 16: return run(launch_forward<16>, launch_backward<16>);
     case 24: return run(launch_forward<24>, launch_backward<24>);
     case 32: return run(launch_forward<32>, launch_backward<32>);
+    case 48: return run(launch_forward<48>, launch_backward<48>);
     case 64: return run(launch_forward<64>, launch_backward<64>);
     default: MF_CHECK(false, "triangle_attention CUDA: head dim ", p.d, " is not instantiated");
   }
