@@ -38,5 +38,7 @@ int cache_main(const std::vector<std::string>& args);
 int loader_main(const std::vector<std::string>& args);
 int block_main(const std::vector<std::string>& args);
 int shard_check_main(const std::vector<std::string>& args);
+int fit_main(const std::vector<std::string>& args);
+int memory_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

@@ -17,7 +17,9 @@ constexpr const char* kUsage =
     "  cache   parse structures (and MSAs) once into a feature cache for training\n"
     "  loader  measure loader throughput (samples/s) from raw files or a cache\n"
     "  block   time one Pairformer block forward and backward (kernels or references)\n"
-    "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n\n"
+    "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n"
+    "  fit     train a workload a few steps at one crop and memory mode: step time, peak memory\n"
+    "  memory  per-module memory of a training step of the whole model\n\n"
     "Run 'megafold <command> --help' for the options of a command.\n";
 
 }  // namespace
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
     if (command == "loader") return megafold::cli::loader_main(args);
     if (command == "block") return megafold::cli::block_main(args);
     if (command == "shard-check") return megafold::cli::shard_check_main(args);
+    if (command == "fit") return megafold::cli::fit_main(args);
+    if (command == "memory") return megafold::cli::memory_main(args);
     std::cerr << "megafold: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const std::exception& ex) {

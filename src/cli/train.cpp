@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/local_ranks.h"
 #include "core/check.h"
+#include "model/memory_plan.h"
 #include "train/config.h"
 #include "train/device.h"
 #include "train/trainer.h"
@@ -19,6 +20,7 @@ int train_main(const std::vector<std::string>& argv) {
       {"steps", "N", "total optimiser steps (overrides the config)"},
       {"device", "DEV", "auto, cpu, cuda or cuda:N (overrides the config)"},
       {"seed", "N", "run seed: initialisation, data order, crops, dropout"},
+      {"memory", "fast|balanced|frontier", "memory mode: what is kept for backward and where (overrides model.memory)"},
       {"threads", "N", "CPU threads for intra-op parallelism (0 = all cores)"},
       {"resume", "", "continue from the newest checkpoint in --out"},
       {"quiet", "", "no progress output"},
@@ -51,6 +53,10 @@ int train_main(const std::vector<std::string>& argv) {
       train::load_config(args.get("config").value_or(train::default_config_name(train::cuda_available())));
   if (auto v = args.get("data")) cfg.data.dir = *v;
   if (auto v = args.get("device")) cfg.device = *v;
+  if (auto v = args.get("memory")) {
+    model::parse_memory_mode(*v);
+    cfg.model.memory = *v;
+  }
   cfg.steps = args.get_int("steps", cfg.steps);
   cfg.seed = static_cast<uint64_t>(args.get_int("seed", static_cast<int64_t>(cfg.seed)));
   cfg.threads = args.get_int("threads", cfg.threads);

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
@@ -28,6 +29,7 @@
 #include "dist/grad_sync.h"
 #include "dist/process_group.h"
 #include "core/autocast.h"
+#include "model/memory_plan.h"
 #include "model/model.h"
 #include "model/scoring.h"
 #include "train/checkpoint.h"
@@ -146,6 +148,24 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
   return v;
 }
 
+// What to say when a step runs out of GPU memory: the crop, the memory mode and the peak, what
+// to try instead, and where the run can resume from.
+std::string out_of_memory_advice(const TrainConfig& cfg, int64_t step, const c10::Device& device,
+                                 const std::optional<std::string>& checkpoint) {
+  std::ostringstream os;
+  os << "step " << step << " ran out of GPU memory on " << device.str() << " at data.crop_size "
+     << cfg.data.crop_size << " under memory mode '" << cfg.model.memory << "' (peak " << peak_memory_gb(device)
+     << " GB). Try: ";
+  const model::MemoryMode mode = model::parse_memory_mode(cfg.model.memory);
+  if (mode == model::MemoryMode::kFast) os << "--memory balanced (or frontier), ";
+  else if (mode == model::MemoryMode::kBalanced) os << "--memory frontier, ";
+  os << "a smaller data.crop_size, or --pair-shards P to split the pair representation over P GPUs "
+        "(bench/results/frontier.json lists the longest crop each mode fits on one H200). ";
+  os << (checkpoint ? "The last checkpoint, " + *checkpoint + ", is intact: add --resume to continue from it."
+                    : "No checkpoint was written yet.");
+  return os.str();
+}
+
 double mean(const std::vector<double>& xs, size_t begin, size_t end) {
   double s = 0;
   for (size_t i = begin; i < end; ++i) s += xs[i];
@@ -214,10 +234,14 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   int64_t start = 0;
   const auto existing = latest_checkpoint(ckpt_dir.string());
   if (opts.resume && existing) {
-    const std::string diff =
-        resume_mismatch(parse_config(read_checkpoint_meta(*existing).config_json, *existing), cfg);
+    const TrainConfig saved = parse_config(read_checkpoint_meta(*existing).config_json, *existing);
+    const std::string diff = resume_mismatch(saved, cfg);
     MF_CHECK(diff.empty(), "cannot resume from ", *existing, ": the run was started with other ",
              "settings (", diff, "); resume with the original config or start a new --out");
+    if (saved.model.memory != cfg.model.memory)
+      say("warning: resuming under memory mode " + cfg.model.memory + " (the run used " + saved.model.memory +
+          "): the bf16 block boundary of balanced/frontier differs from fast, so the numerics move; "
+          "same-mode resumes are bitwise");
     start = load_checkpoint(*existing, *model, ema.shadow(), optimizer).step;
     say("resume: " + *existing + " (step " + std::to_string(start) + ")");
   } else if (opts.resume) {
@@ -255,6 +279,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   say("model: " + std::to_string(cfg.model.n_blocks) + " Pairformer blocks, " +
       std::to_string(n_params) + " parameters; device " + device.str() +
       (autocast ? " (bf16 autocast)" : " (fp32)") + "; config " + cfg.name);
+  say(model::memory_plan(cfg.model).describe());
 
   TrainResult result;
   std::vector<double> losses, step_ms;
@@ -320,33 +345,39 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 
     model::Losses loss;
-    {
-      AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
-      // AF3 trains with 1..N_cycle trunk passes, drawn per step.
-      const int64_t cycles = 1 + static_cast<int64_t>(mix_seed(cfg.seed ^ kRecycleSalt, step) %
-                                                      static_cast<uint64_t>(cfg.model.recycles));
-      const model::TrunkOutput out =
-          model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step), cycles, pairs.get());
-      const bool confidence = model->has_confidence() && step % cfg.model.confidence.every == 0;
-      loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
-    }
-    if (grad_sync) grad_sync->prepare();
-    loss.total.backward();
-    if (grad_sync) grad_sync->finish();
-    const double grad_norm =
-        cfg.optim.clip_grad_norm > 0
-            ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)
-            : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
-    // The mean over the ranks: what is logged, and one finiteness verdict for all of them.
-    const double loss_value = dp ? dp->average(loss.total.item<double>()) : loss.total.item<double>();
-    if (loss.plddt.defined()) last_plddt = {loss.plddt.item<double>(), loss.plddt_target.item<double>()};
-    const bool finite = std::isfinite(loss_value) && std::isfinite(grad_norm);
-    if (finite) {
-      optimizer.step();
-      ema.update(params);
-    } else if (!quiet) {
-      progress.message("warning: step " + std::to_string(step + 1) +
-                       " has a non-finite loss or gradient; update skipped");
+    double grad_norm = 0, loss_value = 0;
+    bool finite = false;
+    try {
+      {
+        AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
+        // AF3 trains with 1..N_cycle trunk passes, drawn per step.
+        const int64_t cycles = 1 + static_cast<int64_t>(mix_seed(cfg.seed ^ kRecycleSalt, step) %
+                                                        static_cast<uint64_t>(cfg.model.recycles));
+        const model::TrunkOutput out =
+            model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step), cycles, pairs.get());
+        const bool confidence = model->has_confidence() && step % cfg.model.confidence.every == 0;
+        loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
+      }
+      if (grad_sync) grad_sync->prepare();
+      loss.total.backward();
+      if (grad_sync) grad_sync->finish();
+      grad_norm = cfg.optim.clip_grad_norm > 0
+                      ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)
+                      : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
+      // The mean over the ranks: what is logged, and one finiteness verdict for all of them.
+      loss_value = dp ? dp->average(loss.total.item<double>()) : loss.total.item<double>();
+      if (loss.plddt.defined()) last_plddt = {loss.plddt.item<double>(), loss.plddt_target.item<double>()};
+      finite = std::isfinite(loss_value) && std::isfinite(grad_norm);
+      if (finite) {
+        optimizer.step();
+        ema.update(params);
+      } else if (!quiet) {
+        progress.message("warning: step " + std::to_string(step + 1) +
+                         " has a non-finite loss or gradient; update skipped");
+      }
+    } catch (const c10::OutOfMemoryError&) {
+      // Checkpoints are written between steps only, so the newest one is whole.
+      throw Error(out_of_memory_advice(cfg, step + 1, device, latest_checkpoint(ckpt_dir.string())));
     }
     optimizer.zero_grad();
     synchronize(device);
