@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "data/residue_constants.h"
 #include "model/layers.h"
+#include "model/recompute.h"
 
 namespace megafold::model {
 namespace {
@@ -87,7 +88,9 @@ at::Tensor WindowedAttentionImpl::forward(const at::Tensor& q, const at::Tensor&
   return gated_output(gated, c);
 }
 
-AtomTransformerImpl::AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads) {
+AtomTransformerImpl::AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads,
+                                         bool recompute_blocks)
+    : recompute_blocks_(recompute_blocks) {
   for (int64_t i = 0; i < blocks; ++i) {
     attn_.push_back(register_module("attn_" + std::to_string(i), WindowedAttention(c_q, c_p, heads)));
     transition_.push_back(register_module("transition_" + std::to_string(i), ConditionedTransition(c_q, c_q, 2)));
@@ -104,14 +107,20 @@ at::Tensor AtomTransformerImpl::forward(at::Tensor q, const at::Tensor& c, const
                                         const at::Tensor& mask, const AtomWindows& w) {
   MF_CHECK(biases.size() == attn_.size(), "atom transformer: ", biases.size(), " pair biases for ", attn_.size(),
            " blocks");
+  const bool recompute = recompute_blocks_ && is_training() && at::GradMode::is_enabled();
   for (size_t i = 0; i < attn_.size(); ++i) {
-    q = q + attn_[i](q, c, biases[i], mask, w);
-    q = q + transition_[i](q, c);
+    // The windows by value: a recomputation may run after the caller's windows are gone.
+    auto block = [this, i, mask, w](const std::vector<at::Tensor>& x) {
+      const at::Tensor b = x[0] + attn_[i](x[0], x[1], x[2], mask, w);
+      return std::vector<at::Tensor>{b + transition_[i](b, x[1])};
+    };
+    q = recompute ? checkpointed(block, {q, c, biases[i]})[0] : block({q, c, biases[i]})[0];
   }
   return q;
 }
 
-AtomAttentionEncoderImpl::AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z)
+AtomAttentionEncoderImpl::AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z,
+                                                   bool recompute_blocks)
     : c_token_(cfg.c_token) {
   const int64_t ca = cfg.c_atom, cp = cfg.c_atompair;
   w_feat_ = register_parameter("w_feat", lecun_normal(ca, kAtomFeatures));
@@ -131,7 +140,8 @@ AtomAttentionEncoderImpl::AtomAttentionEncoderImpl(const DiffusionConfig& cfg, i
   w_mlp2_ = register_parameter("w_mlp2", lecun_normal(cp, cp));
   w_mlp3_ = register_parameter("w_mlp3", torch::zeros({cp, cp}));
   w_a_ = register_parameter("w_a", lecun_normal(cfg.c_token, ca));
-  transformer_ = register_module("transformer", AtomTransformer(ca, cp, cfg.atom_blocks, cfg.atom_heads));
+  transformer_ =
+      register_module("transformer", AtomTransformer(ca, cp, cfg.atom_blocks, cfg.atom_heads, recompute_blocks));
 }
 
 AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatures& ref, const at::Tensor& s_trunk,
@@ -182,12 +192,13 @@ AtomEncoding AtomAttentionEncoderImpl::forward(const at::Tensor& c, const std::v
   return {a, q, c};
 }
 
-AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg) {
+AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg, bool recompute_blocks) {
   w_a_ = register_parameter("w_a", lecun_normal(cfg.c_atom, cfg.c_token));
   ln_w_ = register_parameter("ln_weight", ones(cfg.c_atom));
   ln_b_ = register_parameter("ln_bias", zeros(cfg.c_atom));
   w_out_ = register_parameter("w_out", torch::zeros({3, cfg.c_atom}));
-  transformer_ = register_module("transformer", AtomTransformer(cfg.c_atom, cfg.c_atompair, cfg.atom_blocks, cfg.atom_heads));
+  transformer_ = register_module(
+      "transformer", AtomTransformer(cfg.c_atom, cfg.c_atompair, cfg.atom_blocks, cfg.atom_heads, recompute_blocks));
 }
 
 at::Tensor AtomAttentionDecoderImpl::forward(const at::Tensor& a, const AtomEncoding& skip,

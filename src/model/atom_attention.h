@@ -53,12 +53,14 @@ TORCH_MODULE(WindowedAttention);
 // AF3 SI Alg. 7: blocks of q += windowed attention(q, c, bias); q += transition(q, c).
 class AtomTransformerImpl : public torch::nn::Module {
  public:
-  AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads);
+  // recompute_blocks: as for DiffusionTransformer.
+  AtomTransformerImpl(int64_t c_q, int64_t c_p, int64_t blocks, int64_t heads, bool recompute_blocks = false);
   // Every block's window pair bias from p (see WindowedAttention::bias).
   std::vector<at::Tensor> pair_biases(const at::Tensor& p);
   at::Tensor forward(at::Tensor q, const at::Tensor& c, const std::vector<at::Tensor>& biases, const at::Tensor& mask,
                      const AtomWindows& w);
  private:
+  bool recompute_blocks_;
   std::vector<WindowedAttention> attn_;
   std::vector<ConditionedTransition> transition_;
 };
@@ -81,7 +83,8 @@ struct AtomConditioning {
 // AF3 SI Alg. 5, in two parts.
 class AtomAttentionEncoderImpl : public torch::nn::Module {
  public:
-  AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z);
+  // recompute_blocks: of its atom transformer (see DiffusionTransformer).
+  AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z, bool recompute_blocks = false);
   // ref: reference features of the tokens; s_trunk [B, N, c_s] and z [B, N, N, c_z] both given
   // (diffusion) or both undefined (the trunk's input embedder use).
   AtomConditioning condition(const data::ReferenceFeatures& ref, const at::Tensor& s_trunk, const at::Tensor& z,
@@ -104,7 +107,7 @@ TORCH_MODULE(AtomAttentionEncoder);
 // AF3 SI Alg. 6: token activations back to atoms, the atom transformer, position updates.
 class AtomAttentionDecoderImpl : public torch::nn::Module {
  public:
-  AtomAttentionDecoderImpl(const DiffusionConfig& cfg);
+  explicit AtomAttentionDecoderImpl(const DiffusionConfig& cfg, bool recompute_blocks = false);
   std::vector<at::Tensor> pair_biases(const at::Tensor& p) { return transformer_->pair_biases(p); }
   // a [B * S, N, c_token], biases from pair_biases() -> r_update [B * S, A, 3]
   at::Tensor forward(const at::Tensor& a, const AtomEncoding& skip, const std::vector<at::Tensor>& biases,

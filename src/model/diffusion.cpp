@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "model/recompute.h"
 #include "ops/ops.h"
 
 namespace megafold::model {
@@ -109,7 +110,8 @@ at::Tensor ConditionedAttentionImpl::forward(const at::Tensor& a, const at::Tens
 }
 
 DiffusionTransformerImpl::DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks,
-                                                   int64_t heads, int64_t n) {
+                                                   int64_t heads, int64_t n, bool recompute_blocks)
+    : recompute_blocks_(recompute_blocks) {
   for (int64_t i = 0; i < blocks; ++i) {
     attn_.push_back(register_module("attn_" + std::to_string(i), ConditionedAttention(c_a, c_s, c_z, heads)));
     transition_.push_back(register_module("transition_" + std::to_string(i), ConditionedTransition(c_a, c_s, n)));
@@ -126,9 +128,13 @@ at::Tensor DiffusionTransformerImpl::forward(at::Tensor a, const at::Tensor& s, 
                                              const at::Tensor& mask) {
   MF_CHECK(biases.size() == attn_.size(), "diffusion transformer: ", biases.size(), " pair biases for ", attn_.size(),
            " blocks");
+  const bool recompute = recompute_blocks_ && is_training() && at::GradMode::is_enabled();
   for (size_t i = 0; i < attn_.size(); ++i) {
-    a = a + attn_[i](a, s, biases[i], mask);
-    a = a + transition_[i](a, s);
+    auto block = [this, i, mask](const std::vector<at::Tensor>& x) {
+      const at::Tensor b = x[0] + attn_[i](x[0], x[1], x[2], mask);
+      return std::vector<at::Tensor>{b + transition_[i](b, x[1])};
+    };
+    a = recompute ? checkpointed(block, {a, s, biases[i]})[0] : block({a, s, biases[i]})[0];
   }
   return a;
 }

@@ -86,13 +86,17 @@ TORCH_MODULE(ConditionedAttention);
 // pseudo-code omits the first residual; Protenix and Boltz add it, as here.)
 class DiffusionTransformerImpl : public torch::nn::Module {
  public:
-  DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks, int64_t heads, int64_t n);
+  // recompute_blocks: each block keeps only its inputs for backward and is recomputed there
+  // (the memory modes past fast; per sample that is N c_a fp32 per block instead of ~20x that).
+  DiffusionTransformerImpl(int64_t c_a, int64_t c_s, int64_t c_z, int64_t blocks, int64_t heads, int64_t n,
+                           bool recompute_blocks = false);
   // Every block's pair bias [B, H, N, N] (fp32) from z [B, N, N, c_z]: 4 H N^2 bytes per block,
   // once per trunk pass instead of once per sample.
   std::vector<at::Tensor> pair_biases(const at::Tensor& z);
   // a, s [B * S, N, c] (example-major samples), biases from pair_biases, mask [B, N].
   at::Tensor forward(at::Tensor a, const at::Tensor& s, const std::vector<at::Tensor>& biases, const at::Tensor& mask);
  private:
+  bool recompute_blocks_;
   std::vector<ConditionedAttention> attn_;
   std::vector<ConditionedTransition> transition_;
 };

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "data/residue_constants.h"
+#include "model/memory_plan.h"
 #include "model/recompute.h"
 #include "model/structure_losses.h"
 
@@ -44,12 +45,14 @@ int64_t samples_of(const at::Tensor& x, const TrunkContext& ctx) {
 
 DiffusionModuleImpl::DiffusionModuleImpl(const DiffusionConfig& cfg, const ModelConfig& trunk, int64_t c_s_inputs)
     : cfg_(cfg) {
+  // The memory modes past fast keep only the transformer blocks' inputs per sample.
+  const bool recompute = memory_plan(trunk).recompute_diffusion_blocks;
   relpos_ = register_module("relpos", RelativePositionEncoding(trunk.c_z, trunk.relpos_r_max, trunk.relpos_s_max));
   conditioning_ = register_module("conditioning", DiffusionConditioning(cfg, trunk.c_s, c_s_inputs, trunk.c_z));
-  encoder_ = register_module("atom_encoder", AtomAttentionEncoder(cfg, trunk.c_s, trunk.c_z));
-  transformer_ = register_module(
-      "transformer", DiffusionTransformer(cfg.c_token, trunk.c_s, trunk.c_z, cfg.n_blocks, cfg.heads, cfg.transition_factor));
-  decoder_ = register_module("atom_decoder", AtomAttentionDecoder(cfg));
+  encoder_ = register_module("atom_encoder", AtomAttentionEncoder(cfg, trunk.c_s, trunk.c_z, recompute));
+  transformer_ = register_module("transformer", DiffusionTransformer(cfg.c_token, trunk.c_s, trunk.c_z, cfg.n_blocks,
+                                                                     cfg.heads, cfg.transition_factor, recompute));
+  decoder_ = register_module("atom_decoder", AtomAttentionDecoder(cfg, recompute));
   ln_s_w_ = register_parameter("ln_s_weight", torch::ones({trunk.c_s}));
   ln_s_b_ = register_parameter("ln_s_bias", torch::zeros({trunk.c_s}));
   w_s_ = register_parameter("w_s", torch::zeros({cfg.c_token, trunk.c_s}));

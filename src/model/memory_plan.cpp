@@ -11,9 +11,10 @@ namespace {
 // 3072 five; a chunk of the triangle attention then holds ~2 GB of projections and gradients,
 // and its kernels still fill the GPU.
 constexpr int64_t kChunkPairs = int64_t{1} << 21;
-// Token-samples of diffusion per recomputed chunk outside fast mode: 8 samples at 768 tokens,
-// the chunk whose windowed atom attention measured ~4 GB of activations there.
-constexpr int64_t kDiffusionTokenSamples = 8 * 768;
+// Token-samples of diffusion per recomputed chunk outside fast mode, where the transformer
+// blocks keep only their inputs: 16 samples at 768 tokens (~1 GB of block inputs, the windowed
+// atom attention's ~2 GB working set), 8 at 1536.
+constexpr int64_t kDiffusionTokenSamples = 16 * 768;
 
 }  // namespace
 
@@ -43,6 +44,7 @@ MemoryPlan memory_plan(const ModelConfig& cfg) {
   p.offload = cfg.memory_offload;
   p.chunk_pairs = cfg.memory_chunk_pairs > 0 ? cfg.memory_chunk_pairs : kChunkPairs;
   p.recompute_ops = p.mode == MemoryMode::kFrontier;
+  p.recompute_diffusion_blocks = true;
   return p;
 }
 
@@ -58,7 +60,7 @@ std::string MemoryPlan::describe() const {
            " (the fastest step; model.memory balanced or frontier trade time for memory)";
   s += "blocks recomputed in backward from bf16 inputs (z rounded to bf16 at block boundaries)";
   if (offload) s += ", trunk block inputs in pinned host memory";
-  s += ", row-chunked transitions and outer product means";
+  s += ", row-chunked transitions and outer product means, diffusion transformer blocks recomputed in backward";
   if (recompute_ops) s += ", each pair-stack op recomputed on row chunks in backward (~25% more time)";
   return s;
 }

@@ -9,8 +9,10 @@
 //             boundaries and held so; the trunk's block inputs live in pinned host memory
 //             between forward and backward (copied out and back on a side stream, one block
 //             ahead, overlapping compute; placed on the GPU when the host has no room). Ops that
-//             keep nothing but their inputs run on row chunks (pair transition, outer product
-//             mean), and the diffusion loss picks its sample chunk from the crop.
+//             keep nothing but their inputs run on row chunks (pair transition), the outer
+//             product mean is recomputed on row chunks, the diffusion and atom transformer
+//             blocks keep only their inputs (recomputed in backward), and the diffusion loss
+//             picks its sample chunk from the crop.
 //   frontier  balanced, and inside a block's recomputation each pair-stack op keeps only its
 //             input: its own backward recomputes it on row chunks of ~chunk_pairs pairs, so a
 //             block's backward holds a small multiple of z.
@@ -35,6 +37,7 @@ struct MemoryPlan {
   bool offload = false;            // trunk block inputs held in pinned host memory
   int64_t chunk_pairs = 0;         // > 0: row-chunked ops run on about this many pairs at a time
   bool recompute_ops = false;      // pair-stack ops keep only their inputs (frontier)
+  bool recompute_diffusion_blocks = false;  // diffusion and atom transformer blocks keep only their inputs
 
   // Rows per chunk for an [N, N] pair tensor (all N rows when chunking is off).
   int64_t chunk_rows(int64_t n) const;

@@ -22,7 +22,7 @@
 namespace megafold::model {
 
 // Host memory left free for the process and its loader threads when deciding whether a put fits.
-constexpr int64_t kHostMargin = int64_t{4} << 30;
+constexpr int64_t kHostMargin = int64_t{8} << 30;
 
 struct HostBuffer {
   void* ptr = nullptr;

@@ -16,11 +16,13 @@ namespace megafold::model {
 namespace {
 using namespace megafold::testing;
 
+// Parameters and buffers (the Fourier embedding's random features are buffers).
 void copy_parameters(torch::nn::Module& from, torch::nn::Module& to) {
   torch::NoGradGuard g;
-  auto src = from.parameters(), dst = to.parameters();
-  ASSERT_EQ(src.size(), dst.size());
-  for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  for (auto [src, dst] : {std::pair{from.parameters(), to.parameters()}, std::pair{from.buffers(), to.buffers()}}) {
+    ASSERT_EQ(src.size(), dst.size());
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
 }
 
 at::Tensor grad_or_zero(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
@@ -118,7 +120,7 @@ TEST(MemoryCuda, FrontierPairStackWithinTheDerivedToleranceOfThePlainOne) {
   mask.narrow(1, N - 4, 4).zero_();
   const at::Tensor pair_mask = mask.unsqueeze(2) * mask.unsqueeze(1);
   auto run = [&](PairStack& stack, const at::Device& dev, bool autocast) {
-    const at::Tensor z = z0.to(dev, autocast ? at::kFloat : at::kDouble).requires_grad_();
+    const at::Tensor z = z0.to(dev, autocast ? at::kFloat : at::kDouble).detach().requires_grad_();
     at::Tensor out;
     {
       const AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);

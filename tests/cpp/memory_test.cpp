@@ -37,11 +37,13 @@ ModelConfig small_trunk(const std::string& memory) {
   return c;
 }
 
+// Parameters and buffers (the Fourier embedding's random features are buffers).
 void copy_parameters(torch::nn::Module& from, torch::nn::Module& to) {
   torch::NoGradGuard g;
-  auto src = from.parameters(), dst = to.parameters();
-  ASSERT_EQ(src.size(), dst.size());
-  for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  for (auto [src, dst] : {std::pair{from.parameters(), to.parameters()}, std::pair{from.buffers(), to.buffers()}}) {
+    ASSERT_EQ(src.size(), dst.size());
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
 }
 
 at::Tensor grad_or_zero(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
@@ -86,8 +88,8 @@ TEST(MemoryPlan, DiffusionChunkFollowsTheCropOutsideFastMode) {
   cfg.diffusion.sample_chunk = 8;
   EXPECT_EQ(diffusion_sample_chunk(cfg, 1536), 8);  // fast: as configured
   cfg.memory = "balanced";
-  EXPECT_EQ(diffusion_sample_chunk(cfg, 768), 8);
-  EXPECT_EQ(diffusion_sample_chunk(cfg, 1536), 4);
+  EXPECT_EQ(diffusion_sample_chunk(cfg, 768), 16);
+  EXPECT_EQ(diffusion_sample_chunk(cfg, 1536), 8);
   EXPECT_EQ(diffusion_sample_chunk(cfg, 64), 48);  // never more than the samples
   EXPECT_EQ(diffusion_sample_chunk(cfg, 100000), 1);
 }
@@ -265,7 +267,7 @@ StepRun whole_model_step(MegaFold& m, const data::Batch& b) {
   StepRun r;
   m->zero_grad(true);
   const int64_t base = memory_stats(kCpu).allocated;
-  const at::Tensor loss = m->loss(b, m->forward(b, 9), 4).total;
+  const at::Tensor loss = m->loss(b, m->forward(b, 9), 4, /*confidence=*/true).total;
   r.held = memory_stats(kCpu).allocated - base;
   r.loss = loss.item<double>();
   loss.backward();
@@ -273,7 +275,8 @@ StepRun whole_model_step(MegaFold& m, const data::Batch& b) {
   return r;
 }
 
-// The whole model (MSA module, two recycled trunk blocks, distogram) under each mode, in
+// The whole model (MSA module, two recycled trunk blocks, distogram, diffusion module, pLDDT
+// head) under each mode, in
 // float64 so that rounding of the chunked sums is far below what is compared:
 // - balanced with host offload equals balanced without it bitwise (same arithmetic, the
 //   inputs only travel);
@@ -287,6 +290,11 @@ TEST(MemoryModes, WholeModelLossAndGradientsFollowTheMode) {
   const data::Batch b = small_batch();
   ModelConfig base = small_trunk("fast");
   base.recycles = 2;
+  DiffusionConfig& d = base.diffusion;  // and the diffusion module and pLDDT head, tiny
+  d.c_token = 12, d.n_blocks = 2, d.heads = 2, d.fourier_dim = 8, d.c_atom = 8, d.c_atompair = 4;
+  d.atom_blocks = 1, d.atom_heads = 2, d.samples = 3, d.sample_chunk = 2, d.sampler_steps = 3;
+  base.confidence.n_blocks = 1;
+  base.confidence.rollout_steps = 2;
   MegaFold fast(base);
   randomise_parameters(*fast);
   fast->to(at::kDouble);
