@@ -20,19 +20,13 @@ void check_coords(const char* what, const at::Tensor& x, const at::Tensor& mask)
            ": mask must be [B, A] = [", x.size(0), ", ", x.size(1), "], got ", mask.sizes());
 }
 
-// Pairwise distances [B, A, A] by explicit differences (the matmul form of cdist loses
-// ~1e-3 A, which matters against 0.5 A thresholds). Squared distances are clamped at 1e-12
-// before the root: the diagonal and coincident (e.g. padding) atoms would otherwise give
-// 0 * inf = NaN gradients even where the pair is masked.
-at::Tensor distances(const at::Tensor& x) {
-  return (x.unsqueeze(2) - x.unsqueeze(1)).pow(2).sum(-1).clamp_min(1e-12).sqrt();
-}
-
-// Ordered pairs l != m of masked atoms: [B, A, A] float.
-at::Tensor pair_mask(const at::Tensor& mask) {
-  const int64_t A = mask.size(1);
-  const at::Tensor not_self = 1 - at::eye(A, mask.options());
-  return mask.unsqueeze(2) * mask.unsqueeze(1) * not_self;
+// Distances [B, L, M] between every atom of x [B, L, 3] and of y [B, M, 3] by explicit
+// differences (the matmul form of cdist loses ~1e-3 A, which matters against 0.5 A
+// thresholds). Squared distances are clamped at 1e-12 before the root: the diagonal and
+// coincident (e.g. padding) atoms would otherwise give 0 * inf = NaN gradients even where the
+// pair is masked.
+at::Tensor cross_distances(const at::Tensor& x, const at::Tensor& y) {
+  return (x.unsqueeze(2) - y.unsqueeze(1)).pow(2).sum(-1).clamp_min(1e-12).sqrt();
 }
 
 }  // namespace
@@ -143,65 +137,98 @@ void smooth_lddt_grad_cpu(const T* x, const T* y, const T* mask, const T* g_over
   });
 }
 
+// Pair entries per block of the smooth lDDT on a GPU: rows of atoms l are taken L at a time
+// so that its [R, L, A] pair tensors hold about this many values (256 MB each in fp32). Whole
+// [R, A, A] tensors would take R x 460 MB each at 768 tokens (A = 10752).
+constexpr int64_t kPairBlock = int64_t{1} << 26;
+
+// The scored pairs (weights c), true and predicted distances of atoms l0 .. l0 + L against
+// all atoms: [R, L, A] each.
+struct PairBlock {
+  at::Tensor c, d_true, d_pred;
+};
+PairBlock pair_block(const at::Tensor& x, const at::Tensor& y, const at::Tensor& mask, int64_t l0, int64_t L,
+                     double radius) {
+  const int64_t A = x.size(1);
+  PairBlock b;
+  b.d_true = cross_distances(y.narrow(1, l0, L), y);
+  b.d_pred = cross_distances(x.narrow(1, l0, L), x);
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(x.device());
+  const at::Tensor not_self = at::arange(l0, l0 + L, i64).unsqueeze(1) != at::arange(A, i64).unsqueeze(0);
+  b.c = mask.narrow(1, l0, L).unsqueeze(2) * mask.unsqueeze(1) * (not_self & (b.d_true < radius)).to(x.scalar_type());
+  return b;
+}
+
 // Smooth lDDT as one autograd node with an analytic backward. Autograd through the plain
-// expression keeps ~10 [R, A, A] tensors (differences, distances, four sigmoids, ...); on the
-// CPU this node keeps none (fused pair loops), on a GPU it keeps the two distance matrices and
-// the pair weights and recomputes the rest.
+// expression keeps ~10 [R, A, A] tensors (differences, distances, four sigmoids, ...); this
+// node keeps none: on the CPU fused pair loops, on a GPU blocks of atom rows (kPairBlock), both
+// forward and backward, which recomputes each block's distances.
 struct SmoothLddt : public torch::autograd::Function<SmoothLddt> {
   // pred, gt [R, A, 3]; mask [R, A]; gt and mask carry no gradient.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& pred, const at::Tensor& gt,
                             const at::Tensor& mask, double radius) {
     ctx->saved_data["radius"] = radius;
+    const at::Tensor x = pred.contiguous(), y = gt.to(pred.scalar_type()).contiguous();
+    const at::Tensor mk = mask.to(pred.scalar_type()).contiguous();
+    const int64_t R = x.size(0), A = x.size(1);
+    at::Tensor eps_sum, count_sum;
     if (pred.is_cpu()) {
-      const at::Tensor x = pred.contiguous(), y = gt.to(pred.scalar_type()).contiguous();
-      const at::Tensor mk = mask.to(pred.scalar_type()).contiguous();
-      const int64_t R = x.size(0), A = x.size(1);
       at::Tensor eps = at::empty({R, A}, x.options()), count = at::empty({R, A}, x.options());
       AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "smooth_lddt", [&] {
         smooth_lddt_rows_cpu<scalar_t>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), mk.data_ptr<scalar_t>(), R, A,
                                        radius, eps.data_ptr<scalar_t>(), count.data_ptr<scalar_t>());
       });
-      const at::Tensor norm = count.sum(1).clamp_min(1);
-      ctx->save_for_backward({x, y, mk, norm});
-      return 1 - 0.25 * eps.sum(1) / norm;
+      eps_sum = eps.sum(1);
+      count_sum = count.sum(1);
+    } else {
+      eps_sum = at::zeros({R}, x.options());
+      count_sum = at::zeros({R}, x.options());
+      const int64_t L = std::clamp<int64_t>(kPairBlock / std::max<int64_t>(R * A, 1), 1, std::max<int64_t>(A, 1));
+      for (int64_t l0 = 0; l0 < A; l0 += L) {
+        const PairBlock b = pair_block(x, y, mk, l0, std::min(L, A - l0), radius);
+        const at::Tensor delta = (b.d_true - b.d_pred).abs();
+        at::Tensor eps = at::zeros_like(delta);
+        for (const double t : kThresholds) eps += at::sigmoid(t - delta);
+        eps_sum += (b.c * eps).sum({1, 2});
+        count_sum += b.c.sum({1, 2});
+      }
     }
-    const at::Tensor d_true = distances(gt.to(pred.scalar_type()));
-    const at::Tensor c = pair_mask(mask.to(pred.scalar_type())) * (d_true < radius).to(pred.scalar_type());
-    const at::Tensor d_pred = distances(pred);
-    const at::Tensor delta = (d_true - d_pred).abs();
-    at::Tensor eps = at::zeros_like(delta);
-    for (const double t : kThresholds) eps += at::sigmoid(t - delta);
-    const at::Tensor norm = c.sum({1, 2}).clamp_min(1);
-    ctx->save_for_backward({pred, d_pred, d_true, c, norm});
-    return 1 - 0.25 * (c * eps).sum({1, 2}) / norm;
+    const at::Tensor norm = count_sum.clamp_min(1);
+    ctx->save_for_backward({x, y, mk, norm});
+    return 1 - 0.25 * eps_sum / norm;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const double radius = ctx->saved_data["radius"].toDouble();
-    if (saved.size() == 4) {  // the CPU form
-      const at::Tensor &x = saved[0], &y = saved[1], &mk = saved[2], &norm = saved[3];
-      const at::Tensor g = (grad_out[0] / norm).contiguous();
-      at::Tensor dx = at::empty_like(x);
+    const at::Tensor &x = saved[0], &y = saved[1], &mk = saved[2], &norm = saved[3];
+    const at::Tensor g = (grad_out[0] / norm).contiguous();
+    at::Tensor dx = at::empty_like(x);
+    if (x.is_cpu()) {
       AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "smooth_lddt_backward", [&] {
         smooth_lddt_grad_cpu<scalar_t>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), mk.data_ptr<scalar_t>(),
                                        g.data_ptr<scalar_t>(), x.size(0), x.size(1), radius, dx.data_ptr<scalar_t>());
       });
       return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
     }
-    const at::Tensor &pred = saved[0], &d_pred = saved[1], &d_true = saved[2], &c = saved[3], &norm = saved[4];
-    const at::Tensor diff = d_pred - d_true, delta = diff.abs();
-    at::Tensor slope = at::zeros_like(delta);
-    for (const double t : kThresholds) {
-      const at::Tensor sg = at::sigmoid(t - delta);
-      slope += sg * (1 - sg);
+    // d_lm = |x_l - x_m| and the pair weight G_lm = g / norm * 0.25 * sum_t sigmoid'(t - |delta|)
+    // * sign(d_pred - d_true) is symmetric, so dL/dx_l = sum_m 2 G_lm (x_l - x_m) / d_lm needs
+    // only the block's own rows.
+    const int64_t R = x.size(0), A = x.size(1);
+    const int64_t L = std::clamp<int64_t>(kPairBlock / std::max<int64_t>(R * A, 1), 1, std::max<int64_t>(A, 1));
+    for (int64_t l0 = 0; l0 < A; l0 += L) {
+      const int64_t n = std::min(L, A - l0);
+      const PairBlock b = pair_block(x, y, mk, l0, n, radius);
+      const at::Tensor diff = b.d_pred - b.d_true, delta = diff.abs();
+      at::Tensor slope = at::zeros_like(delta);
+      for (const double t : kThresholds) {
+        const at::Tensor sg = at::sigmoid(t - delta);
+        slope += sg * (1 - sg);
+      }
+      const at::Tensor h = g.view({-1, 1, 1}) * 0.5 * b.c * slope * at::sign(diff) / b.d_pred;  // [R, n, A]
+      dx.narrow(1, l0, n).copy_(h.sum(2, true) * x.narrow(1, l0, n) - at::matmul(h, x));
     }
-    const at::Tensor g = (grad_out[0] / norm).view({-1, 1, 1});
-    const at::Tensor gd = g * 0.25 * c * slope * at::sign(diff);  // dL/d d_pred [R, A, A]
-    // d_lm = |x_l - x_m|: dL/dx_l = sum_m (G_lm + G_ml) (x_l - x_m) / d_lm.
-    const at::Tensor h = (gd + gd.transpose(1, 2)) / d_pred;
-    const at::Tensor dx = h.sum(2, true) * pred - at::matmul(h, pred);
     return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -215,11 +242,6 @@ at::Tensor smooth_lddt_loss(const at::Tensor& pred, const at::Tensor& gt, const 
 }
 
 namespace {
-
-// Distances [B, L, M] between every atom of x [B, L, 3] and of y [B, M, 3], as distances().
-at::Tensor cross_distances(const at::Tensor& x, const at::Tensor& y) {
-  return (x.unsqueeze(2) - y.unsqueeze(1)).pow(2).sum(-1).clamp_min(1e-12).sqrt();
-}
 
 // Atoms of one side of an lDDT pair: coordinates in both structures, mask and residue id.
 struct Side {

@@ -154,22 +154,26 @@ TEST_F(StructureLosses, SmoothLddtMatchesItsPlainExpression) {
   EXPECT_LT(rel_error(g_ours, g_ref), 1e-12);
 }
 
-// The GPU form (dense distance matrices, analytic backward) against the CPU form (fused pair
-// loops), float64: the same loss and gradient. Runs on the device; skipped without CUDA.
+// The GPU form (blocks of atom rows against all atoms, analytic backward) against the CPU
+// form (fused pair loops), float64: the same loss and gradient, with one block (300 atoms) and
+// with two, the second partial (6000 atoms: 5592 rows per block of 2^26 pair entries). Runs
+// on the device; skipped without CUDA.
 TEST_F(StructureLosses, SmoothLddtOnTheGpuMatchesTheCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  const int64_t B = 2, A = 300;
-  const at::Tensor gt = at::randn({B, A, 3}, at::kDouble) * 8;
-  const at::Tensor pred = (gt + at::randn({B, A, 3}, at::kDouble) * 2).requires_grad_(true);
-  const at::Tensor mask = (at::rand({B, A}, at::kDouble) > 0.1).to(at::kDouble);
-  const at::Tensor w = at::rand({B}, at::kDouble);
-  const at::Tensor cpu = smooth_lddt_loss(pred, gt, mask);
-  const at::Tensor g_cpu = torch::autograd::grad({(cpu * w).sum()}, {pred})[0];
-  const at::Tensor pred_gpu = pred.detach().cuda().requires_grad_(true);
-  const at::Tensor gpu = smooth_lddt_loss(pred_gpu, gt.cuda(), mask.cuda());
-  const at::Tensor g_gpu = torch::autograd::grad({(gpu * w.cuda()).sum()}, {pred_gpu})[0];
-  EXPECT_LT(rel_error(gpu.cpu(), cpu), 1e-12);
-  EXPECT_LT(rel_error(g_gpu.cpu(), g_cpu), 1e-10);
+  for (const int64_t A : {300, 6000}) {
+    const int64_t B = 2;
+    const at::Tensor gt = at::randn({B, A, 3}, at::kDouble) * (A > 1000 ? 30 : 8);
+    const at::Tensor pred = (gt + at::randn({B, A, 3}, at::kDouble) * 2).requires_grad_(true);
+    const at::Tensor mask = (at::rand({B, A}, at::kDouble) > 0.1).to(at::kDouble);
+    const at::Tensor w = at::rand({B}, at::kDouble);
+    const at::Tensor cpu = smooth_lddt_loss(pred, gt, mask);
+    const at::Tensor g_cpu = torch::autograd::grad({(cpu * w).sum()}, {pred})[0];
+    const at::Tensor pred_gpu = pred.detach().cuda().requires_grad_(true);
+    const at::Tensor gpu = smooth_lddt_loss(pred_gpu, gt.cuda(), mask.cuda());
+    const at::Tensor g_gpu = torch::autograd::grad({(gpu * w.cuda()).sum()}, {pred_gpu})[0];
+    EXPECT_LT(rel_error(gpu.cpu(), cpu), 1e-12) << A << " atoms";
+    EXPECT_LT(rel_error(g_gpu.cpu(), g_cpu), 1e-10) << A << " atoms";
+  }
 }
 
 TEST_F(StructureLosses, BadShapesAreNamed) {
