@@ -16,16 +16,6 @@ namespace megafold::model {
 namespace {
 using namespace megafold::testing;
 
-// Parameters and buffers (the Fourier embedding's random features are buffers).
-void copy_parameters(torch::nn::Module& from, torch::nn::Module& to) {
-  torch::NoGradGuard g;
-  for (auto [src, dst] : {std::pair{from.parameters(), to.parameters()}, std::pair{from.buffers(), to.buffers()}}) {
-    ASSERT_EQ(src.size(), dst.size());
-    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-  }
-}
-
-at::Tensor grad_or_zero(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
 
 TEST(MemoryCuda, OffloadSurvivesTheAllocatorReusingDeviceMemory) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
@@ -70,7 +60,7 @@ TEST(MemoryCuda, OffloadedTrunkTrainsBitwiseAsOneThatKeepsItsInputs) {
   randomise_parameters(*kept, 0.05);
   kept->to(at::kCUDA);
   offloaded->to(at::kCUDA);
-  copy_parameters(*kept, *offloaded);
+  copy_state(*kept, *offloaded);
   const int64_t N = 67;
   const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
   const at::Tensor s0 = at::randn({1, N, 384}, f32), z0 = at::randn({1, N, N, 128}, f32);
@@ -88,7 +78,7 @@ TEST(MemoryCuda, OffloadedTrunkTrainsBitwiseAsOneThatKeepsItsInputs) {
     }
     loss.backward();
     std::vector<at::Tensor> r{loss.detach(), z.grad()};
-    for (const at::Tensor& p : stack->parameters()) r.push_back(grad_or_zero(p).clone());
+    for (const at::Tensor& p : stack->parameters()) r.push_back(grad_or_zeros(p).clone());
     return r;
   };
   const auto want = run(kept), got = run(offloaded);
@@ -109,8 +99,8 @@ TEST(MemoryCuda, FrontierPairStackWithinTheDerivedToleranceOfThePlainOne) {
   PairStack ref(fast);
   randomise_parameters(*ref, 0.05);
   PairStack plain(fast), chunked(frontier);
-  copy_parameters(*ref, *plain);
-  copy_parameters(*ref, *chunked);
+  copy_state(*ref, *plain);
+  copy_state(*ref, *chunked);
   ref->to(at::kDouble);
   plain->to(at::kCUDA);
   chunked->to(at::kCUDA);

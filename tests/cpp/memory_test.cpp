@@ -37,16 +37,6 @@ ModelConfig small_trunk(const std::string& memory) {
   return c;
 }
 
-// Parameters and buffers (the Fourier embedding's random features are buffers).
-void copy_parameters(torch::nn::Module& from, torch::nn::Module& to) {
-  torch::NoGradGuard g;
-  for (auto [src, dst] : {std::pair{from.parameters(), to.parameters()}, std::pair{from.buffers(), to.buffers()}}) {
-    ASSERT_EQ(src.size(), dst.size());
-    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-  }
-}
-
-at::Tensor grad_or_zero(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
 
 TEST(MemoryPlan, EachModeTurnsOnItsParts) {
   ModelConfig cfg;
@@ -199,7 +189,7 @@ TEST(MemoryModes, CheckpointedBlockReproducesTheForwardBitwise) {
     }
     ((out.s * ws).sum() + (out.z * wz).sum()).backward();
     BlockRun r{out.s.detach(), out.z.detach(), {s.grad(), z.grad()}};
-    for (const at::Tensor& p : block->parameters()) r.grads.push_back(grad_or_zero(p).clone());
+    for (const at::Tensor& p : block->parameters()) r.grads.push_back(grad_or_zeros(p).clone());
     return r;
   };
   const BlockRun direct = run(0), saved = run(1), offloaded = run(2);
@@ -231,14 +221,14 @@ TEST(MemoryModes, ChunkedPairStacksMatchThePlainOne) {
     const at::Tensor out = stack->forward(z, pair_mask, 3);
     (out * w).sum().backward();
     std::vector<at::Tensor> r{out.detach(), z.grad()};
-    for (const at::Tensor& p : stack->parameters()) r.push_back(grad_or_zero(p).clone());
+    for (const at::Tensor& p : stack->parameters()) r.push_back(grad_or_zeros(p).clone());
     return r;
   };
   const auto want = run(plain);
   for (const char* mode : {"balanced", "frontier"}) {
     PairStack chunked(small_trunk(mode));
     chunked->to(at::kDouble);
-    copy_parameters(*plain, *chunked);
+    copy_state(*plain, *chunked);
     const auto got = run(chunked);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_LT(rel_error(got[0], want[0]), 1e-13) << mode << " output";
@@ -271,7 +261,7 @@ StepRun whole_model_step(MegaFold& m, const data::Batch& b) {
   r.held = memory_stats(kCpu).allocated - base;
   r.loss = loss.item<double>();
   loss.backward();
-  for (const at::Tensor& p : m->parameters()) r.grads.push_back(grad_or_zero(p).clone());
+  for (const at::Tensor& p : m->parameters()) r.grads.push_back(grad_or_zeros(p).clone());
   return r;
 }
 
@@ -305,7 +295,7 @@ TEST(MemoryModes, WholeModelLossAndGradientsFollowTheMode) {
     cfg.memory_offload = std::string(mode) != "balanced-no-offload";
     MegaFold m(cfg);
     m->to(at::kDouble);
-    copy_parameters(*fast, *m);
+    copy_state(*fast, *m);
     runs[mode] = whole_model_step(m, b);
   }
   const StepRun &f = runs["fast"], &bal = runs["balanced"], &kept = runs["balanced-no-offload"], &fr = runs["frontier"];

@@ -92,4 +92,14 @@ void randomise_parameters(torch::nn::Module& m, double scale) {
   for (auto& p : m.parameters()) p.copy_(at::randn_like(p) * scale);
 }
 
+void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [src, dst] : {std::pair{from.parameters(), to.parameters()}, std::pair{from.buffers(), to.buffers()}}) {
+    ASSERT_EQ(src.size(), dst.size());
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+}
+
+at::Tensor grad_or_zeros(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
+
 }  // namespace megafold::testing

@@ -48,4 +48,11 @@ void expect_matches_references(const std::vector<at::Tensor>& ours, const std::v
 // randomise first.
 void randomise_parameters(torch::nn::Module& m, double scale = 0.3);
 
+// Copies every parameter and buffer of `from` into `to` (same architecture): two instances
+// that compute the same function (the Fourier embedding's random features are buffers).
+void copy_state(torch::nn::Module& from, torch::nn::Module& to);
+
+// p's gradient, or zeros where backward gave it none.
+at::Tensor grad_or_zeros(const at::Tensor& p);
+
 }  // namespace megafold::testing
