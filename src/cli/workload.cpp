@@ -1,8 +1,6 @@
 #include "cli/workload.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/utils/clip_grad.h>
-#include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <numeric>
@@ -15,6 +13,7 @@
 #include "data/structure.h"
 #include "model/pairformer.h"
 #include "train/ema.h"
+#include "train/optimizer.h"
 
 namespace megafold::cli {
 namespace {
@@ -31,20 +30,17 @@ int64_t count(const std::vector<at::Tensor>& params) {
 // AdamW and EMA as the trainer keeps them, one step of them after each backward.
 struct Optimiser {
   Optimiser(const std::vector<at::Tensor>& p, const train::OptimConfig& o)
-      : params(p),
-        adam(p, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)),
-        ema(p, o.ema_decay),
-        clip(o.clip_grad_norm) {}
+      : params(p), optim(o), adam(p, train::adamw_options(o)), ema(p, o.ema_decay) {}
   void step() {
-    torch::nn::utils::clip_grad_norm_(params, clip > 0 ? clip : std::numeric_limits<double>::infinity());
+    train::clip_gradients(params, optim);
     adam.step();
     ema.update(params);
     adam.zero_grad();
   }
   std::vector<at::Tensor> params;
+  train::OptimConfig optim;
   torch::optim::AdamW adam;
   train::Ema ema;
-  double clip;
 };
 
 Workload trunk48(int64_t n, const std::string& memory, const c10::Device& device) {

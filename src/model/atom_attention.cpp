@@ -61,10 +61,7 @@ at::Tensor AtomWindows::unblock(const at::Tensor& x) const { return x.flatten(1,
 WindowedAttentionImpl::WindowedAttentionImpl(int64_t c_q, int64_t c_p, int64_t heads)
     : ConditionedAttentionBase(c_q, c_q, c_p, heads, "p") {}
 
-at::Tensor WindowedAttentionImpl::bias(const at::Tensor& p) {
-  const at::Tensor b = pair_bias(p);
-  return b.to(at::promote_types(b.scalar_type(), at::kFloat));
-}
+at::Tensor WindowedAttentionImpl::bias(const at::Tensor& p) { return pair_bias(p); }
 
 at::Tensor WindowedAttentionImpl::forward(const at::Tensor& q, const at::Tensor& c, const at::Tensor& bias,
                                           const at::Tensor& mask, const AtomWindows& w) {

@@ -82,7 +82,7 @@ at::Tensor ConditionedAttentionBase::project_qkvg(const at::Tensor& x, const at:
 }
 
 at::Tensor ConditionedAttentionBase::pair_bias(const at::Tensor& pair) {
-  return ops::layernorm_linear(pair, ln_pair_w_, ln_pair_b_, w_pair_, std::nullopt);
+  return at_least_float32(ops::layernorm_linear(pair, ln_pair_w_, ln_pair_b_, w_pair_, std::nullopt));
 }
 
 at::Tensor ConditionedAttentionBase::gated_output(const at::Tensor& o, const at::Tensor& cond) {
@@ -93,8 +93,7 @@ ConditionedAttentionImpl::ConditionedAttentionImpl(int64_t c_a, int64_t c_s, int
     : ConditionedAttentionBase(c_a, c_s, c_z, heads, "z") {}
 
 at::Tensor ConditionedAttentionImpl::bias(const at::Tensor& z) {
-  const at::Tensor b = pair_bias(z);
-  return b.permute({0, 3, 1, 2}).to(at::promote_types(b.scalar_type(), at::kFloat));  // [B, H, N, N]
+  return pair_bias(z).permute({0, 3, 1, 2});  // [B, H, N, N]
 }
 
 at::Tensor ConditionedAttentionImpl::forward(const at::Tensor& a, const at::Tensor& s, const at::Tensor& bias,

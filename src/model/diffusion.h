@@ -57,7 +57,7 @@ class ConditionedAttentionBase : public torch::nn::Module {
   // parameters ("ln_<pair>_weight", "w_<pair>") in checkpoints.
   ConditionedAttentionBase(int64_t c_x, int64_t c_cond, int64_t c_pair, int64_t heads, const std::string& pair);
   at::Tensor project_qkvg(const at::Tensor& x, const at::Tensor& cond);  // [..., 4 c_x]: q, k, v, g
-  at::Tensor pair_bias(const at::Tensor& pair);                          // [..., heads]
+  at::Tensor pair_bias(const at::Tensor& pair);                          // [..., heads], fp32 or wider
   at::Tensor gated_output(const at::Tensor& o, const at::Tensor& cond);  // o [..., c_x]
   int64_t heads_;
 

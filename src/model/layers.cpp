@@ -32,6 +32,8 @@ AttentionProjection split_projection(const at::Tensor& proj, int64_t H, int64_t 
 
 }  // namespace
 
+at::Tensor at_least_float32(const at::Tensor& t) { return t.to(at::promote_types(t.scalar_type(), at::kFloat)); }
+
 at::Tensor lecun_normal(int64_t out, int64_t in) {
   // LeCun normal truncated at two standard deviations by resampling, with the std divided by
   // 0.87962566 (the std of a unit normal truncated at +-2) so the variance is 1/fan_in (AF2).
@@ -158,8 +160,7 @@ at::Tensor TriangleAttentionImpl::forward_chunked(const at::Tensor& z, const at:
   const at::Tensor w_qkvg = w_proj_.narrow(0, 0, 4 * H * d), w_bias = w_proj_.narrow(0, 4 * H * d, H);
   // The pair bias of every pair (AF3 SI Alg. 14/15 line 3): starting node b'[h, j, k] = b_jk,
   // ending node b'[h, i, k] = b_ki. Held in fp32, so its gradient sums over the chunks in fp32.
-  at::Tensor b = ops::layernorm_linear(z, ln_w_, ln_b_, w_bias, std::nullopt);
-  b = b.to(at::promote_types(b.scalar_type(), at::kFloat));
+  const at::Tensor b = at_least_float32(ops::layernorm_linear(z, ln_w_, ln_b_, w_bias, std::nullopt));
   const at::Tensor bias = starting_ ? b.permute({0, 3, 1, 2}) : b.permute({0, 3, 2, 1});
   const int64_t dim = starting_ ? 1 : 2;  // chunks of the rows of z, or of its columns (the rows of z^T)
   const at::Tensor sc = scale ? *scale : at::Tensor();

@@ -14,6 +14,10 @@ namespace megafold::model {
 // projection of every residual branch so that each block starts as the identity).
 at::Tensor lecun_normal(int64_t out, int64_t in);
 
+// t in fp32, or wider when it is (float64 stays): attention biases that many samples or row
+// chunks share are kept so, so that their gradient sums in fp32 under bf16 autocast.
+at::Tensor at_least_float32(const at::Tensor& t);
+
 // SwiGLU transition (AF3 Alg. 11) on the last dim.
 class TransitionImpl : public torch::nn::Module {
  public:

@@ -69,7 +69,7 @@ std::string MemoryPlan::describe() const {
 
 int64_t diffusion_sample_chunk(const ModelConfig& cfg, int64_t n_tokens) {
   const int64_t samples = cfg.diffusion.samples;
-  if (parse_memory_mode(cfg.memory) == MemoryMode::kFast || samples <= 0) return cfg.diffusion.sample_chunk;
+  if (memory_plan(cfg).mode == MemoryMode::kFast || samples <= 0) return cfg.diffusion.sample_chunk;
   return std::clamp<int64_t>(kDiffusionTokenSamples / std::max<int64_t>(n_tokens, 1), 1, samples);
 }
 

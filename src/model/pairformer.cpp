@@ -130,12 +130,12 @@ PairformerState PairformerStackImpl::forward(PairformerState state, const at::Te
       // The last block's input is needed first in backward, where its copy back could not
       // overlap anything: it stays. Every other input goes to the host, and each backward
       // starts bringing back the input of the block before it.
-      if (stash_ && i + 1 < blocks_.size()) {
-        saved.offloaded = {nullptr, stash_->put(static_cast<int64_t>(i), state.z.contiguous())};
+      if (stash_) {
         saved.prefetch = previous;
-        previous = saved.offloaded[1];
-      } else if (stash_) {
-        saved.prefetch = previous;
+        if (i + 1 < blocks_.size()) {
+          saved.offloaded = {nullptr, stash_->put(static_cast<int64_t>(i), state.z.contiguous())};
+          previous = saved.offloaded[1];
+        }
       }
       state = checkpointed_block(*blocks_[i], state, token_mask, pair_mask, seed, pair_rows, saved);
     } else {

@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
@@ -36,6 +35,7 @@
 #include "train/device.h"
 #include "train/ema.h"
 #include "train/metrics.h"
+#include "train/optimizer.h"
 
 namespace megafold::train {
 namespace fs = std::filesystem;
@@ -225,10 +225,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   model::MegaFold model(cfg.model);
   model->to(device);
   std::vector<at::Tensor> params = model->parameters();
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(cfg.optim.lr)
-                                            .betas({cfg.optim.beta1, cfg.optim.beta2})
-                                            .eps(cfg.optim.eps)
-                                            .weight_decay(cfg.optim.weight_decay));
+  torch::optim::AdamW optimizer(params, adamw_options(cfg.optim));
   Ema ema(params, cfg.optim.ema_decay);
 
   int64_t start = 0;
@@ -361,9 +358,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       if (grad_sync) grad_sync->prepare();
       loss.total.backward();
       if (grad_sync) grad_sync->finish();
-      grad_norm = cfg.optim.clip_grad_norm > 0
-                      ? torch::nn::utils::clip_grad_norm_(params, cfg.optim.clip_grad_norm)
-                      : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
+      grad_norm = clip_gradients(params, cfg.optim);
       // The mean over the ranks: what is logged, and one finiteness verdict for all of them.
       loss_value = dp ? dp->average(loss.total.item<double>()) : loss.total.item<double>();
       if (loss.plddt.defined()) last_plddt = {loss.plddt.item<double>(), loss.plddt_target.item<double>()};
