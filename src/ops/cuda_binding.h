@@ -4,11 +4,14 @@
 // device, and rows laid out for 16-byte vector accesses.
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
+#include <string>
 
 #include "ops/kernel_dtype.h"
+#include "ops/warn_once.h"
 
 namespace megafold::ops {
 
@@ -28,6 +31,23 @@ inline at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weigh
     return x.scalar_type() == at::kFloat || x.scalar_type() == t ? t : at::kFloat;
   }
   return x.scalar_type() == weight.scalar_type() && is_16bit(x.scalar_type()) ? x.scalar_type() : at::kFloat;
+}
+
+// Whether t's GPU runs the library's kernels: they are built for sm_80 and later (A100, A10,
+// L40S, RTX 30/40, H100/H200). On an older GPU every op warns once and runs its ATen reference.
+inline bool kernels_run_on(const at::Tensor& t, const char* op) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(t.device().index());
+  if (prop->major >= 8) return true;
+  warn_once(std::string("sm<80:") + op, std::string(op) + ": " + prop->name + " (sm_" + std::to_string(prop->major) +
+                                            std::to_string(prop->minor) +
+                                            ") predates the kernels (sm_80 and later); running the ATen reference");
+  return false;
+}
+
+// Warns once per op and shape description that a shape leaves the op's kernels.
+inline void warn_reference(const char* op, const std::string& shape) {
+  warn_once(std::string(op) + ":" + shape, std::string(op) + ": no CUDA kernel for " + shape +
+                                               "; running the ATen reference (slower, more memory)");
 }
 
 inline void* current_stream(const at::Tensor& t) {

@@ -105,8 +105,14 @@ at::Tensor layernorm_linear_cuda(const at::Tensor& x, const at::Tensor& ln_weigh
                                  const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   check_layernorm_linear_args(x, ln_weight, ln_bias, weight, bias);
   const at::ScalarType type = product_dtype(x, weight);
-  if (x.size(-1) != cuda::kLayerNormLinearCin || !is_16bit(type) || weight.size(0) % 2 != 0)
+  if (!is_16bit(type) || !kernels_run_on(x, "layernorm_linear"))
     return layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias);
+  if (x.size(-1) != cuda::kLayerNormLinearCin || weight.size(0) % 2 != 0) {
+    warn_reference("layernorm_linear", "c_in " + std::to_string(x.size(-1)) + ", c_out " +
+                                           std::to_string(weight.size(0)) + " (kernel: c_in " +
+                                           std::to_string(cuda::kLayerNormLinearCin) + ", even c_out)");
+    return layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias);
+  }
   const at::Tensor absent = at::empty({0}, x.options());
   return LayerNormLinearFunction::apply(x, ln_weight, ln_bias, weight,
                                         bias.has_value() && bias->defined() ? *bias : absent,

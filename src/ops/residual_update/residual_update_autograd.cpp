@@ -88,7 +88,7 @@ at::Tensor residual_update_cuda(const at::Tensor& z, const at::Tensor& update, c
   const bool types = (zt == at::kFloat && (ut == at::kFloat || is_16bit(ut))) || (is_16bit(zt) && ut == zt);
   const bool takes = types && (!has_gate || gate->scalar_type() == ut) &&
                      (!has_scale || (z.dim() == 4 && !scale->requires_grad()));
-  if (!takes) return residual_update_ref(z, update, gate, scale);
+  if (!takes || !kernels_run_on(z, "residual_update")) return residual_update_ref(z, update, gate, scale);
   const at::Tensor none = at::empty({0}, z.options());
   return ResidualUpdateFunction::apply(z, update, has_gate ? *gate : none, has_scale ? *scale : none)[0];
 }

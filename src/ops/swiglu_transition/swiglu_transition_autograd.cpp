@@ -148,14 +148,18 @@ at::Tensor swiglu_transition_cuda(const at::Tensor& x, const at::Tensor& ln_weig
   check_swiglu_transition_args(x, ln_weight, ln_bias, w_in, w_out);
   const int64_t c = x.size(-1);
   const at::ScalarType type = product_dtype(x, w_in);
-  if (!cuda::swiglu_transition_fused_width(c) || w_out.size(1) % cuda::swiglu_transition_hidden_multiple(c) != 0 ||
-      !is_16bit(type))
+  if (!is_16bit(type) || !kernels_run_on(x, "swiglu_transition"))
     return swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out);
+  if (!cuda::swiglu_transition_fused_width(c) || w_out.size(1) % cuda::swiglu_transition_hidden_multiple(c) != 0) {
+    warn_reference("swiglu_transition", "c " + std::to_string(c) + ", hidden " + std::to_string(w_out.size(1)));
+    return swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out);
+  }
   return SwigluTransitionFunction::apply(x, ln_weight, ln_bias, w_in, w_out, static_cast<int64_t>(type))[0];
 }
 
 at::Tensor swiglu_cuda(const at::Tensor& ab) {
-  if (!is_16bit(ab.scalar_type()) || ab.dim() < 1 || ab.size(-1) % 2 != 0) return swiglu_ref(ab);
+  if (!is_16bit(ab.scalar_type()) || ab.dim() < 1 || ab.size(-1) % 2 != 0 || !kernels_run_on(ab, "swiglu"))
+    return swiglu_ref(ab);
   return SwigluFunction::apply(ab)[0];
 }
 

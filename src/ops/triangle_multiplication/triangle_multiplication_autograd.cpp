@@ -116,7 +116,8 @@ struct ContractFunction : public torch::autograd::Function<ContractFunction> {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& proj, const std::optional<at::Tensor>& mask,
                                                              int64_t c) {
-  if (!is_16bit(proj.scalar_type()) || proj.dim() != 4 || c < 1 || proj.size(3) < 4 * c)
+  if (!is_16bit(proj.scalar_type()) || proj.dim() != 4 || c < 1 || proj.size(3) < 4 * c ||
+      !kernels_run_on(proj, "triangle_multiplication"))
     return triangle_multiplication_operands_ref(proj, mask, c);
   const bool has_mask = mask.has_value() && mask->defined();
   // The kernels read one mask value per pair; a broadcasting mask takes the reference.
@@ -126,7 +127,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& p
 }
 
 at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {
-  if (!is_16bit(a.scalar_type()) || a.scalar_type() != b.scalar_type() || a.dim() != 4 || b.dim() != 4)
+  if (!is_16bit(a.scalar_type()) || a.scalar_type() != b.scalar_type() || a.dim() != 4 || b.dim() != 4 ||
+      !kernels_run_on(a, "triangle_multiplication"))
     return triangle_multiplication_contract_ref(a, b);
   TORCH_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(2) && a.size(3) == b.size(3),
               "triangle_multiplication: operands ", a.sizes(), " and ", b.sizes(), " do not contract");
