@@ -8,8 +8,9 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros_like.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -53,8 +54,55 @@ cuda::TriangleAttentionParams make_params(const at::Tensor& q, const at::Tensor&
     copy_strides(gate, p.gate_stride);
   }
   if (bias.defined()) p.bias = bias.data_ptr();
-  if (mask.defined()) p.mask = mask.data_ptr<float>();
+  if (mask.defined()) {
+    p.mask = mask.data_ptr<float>();
+    p.mask_ld = mask.stride(1);
+  }
   return p;
+}
+
+// Whether the sm_90a kernels run for q's device, dtype and head dim.
+bool sm90_kernels(const at::Tensor& q) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
+  return cuda::use_sm90(kernel_dtype(q.scalar_type()), q.size(4), prop->major, prop->minor);
+}
+
+// kernel_layout, copied to a dense tensor when TMA cannot read the strides in place (the
+// model's projections are laid out so that it can).
+at::Tensor tma_layout(const at::Tensor& t, at::ScalarType type) {
+  at::Tensor r = kernel_layout(t, type);
+  int64_t s[5];
+  copy_strides(r, s);
+  return cuda::tma_operand(r.data_ptr(), s, r.element_size()) ? r : r.clone(at::MemoryFormat::Contiguous);
+}
+
+// A contiguous [..., N] bias, or a copy whose rows are padded to a multiple of 8 elements.
+at::Tensor tma_rows(const at::Tensor& bias) {
+  const int64_t n = bias.size(-1), padded = (n + 7) / 8 * 8;
+  if (padded == n && reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 == 0) return bias;
+  std::vector<int64_t> sizes = bias.sizes().vec();
+  sizes.back() = padded;
+  at::Tensor r = at::empty(sizes, bias.options()).narrow(-1, 0, n);
+  r.copy_(bias);
+  return r;
+}
+
+// For the sm_90a kernels: the bias with TMA-readable rows, kept alive by the caller.
+at::Tensor use_sm90(cuda::TriangleAttentionParams& p, const at::Tensor& bias) {
+  p.sm90 = true;
+  if (!bias.defined()) return bias;
+  at::Tensor rows = tma_rows(bias);
+  p.bias_rows = rows.data_ptr();
+  p.bias_ld = rows.stride(2);
+  return rows;
+}
+
+// The key mask as the kernels take it: additive (0 attends, -inf masks), float, rows padded
+// with -inf to a multiple of 64 keys so that the sm_90a forward copies whole tiles of it.
+at::Tensor additive_mask(const at::Tensor& mask) {
+  const int64_t n = mask.size(-1), padded = (n + 63) / 64 * 64;
+  at::Tensor r = at::full({mask.size(0), mask.size(1), padded}, -INFINITY, mask.options().dtype(at::kFloat));
+  return r.narrow(-1, 0, n).masked_fill_(mask.ne(0), 0.f);
 }
 
 at::Tensor dense_like(const at::Tensor& t) {
@@ -70,17 +118,17 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
     auto given = [](const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); };
     const at::Tensor bias = given(bias_or_empty), mask = given(mask_or_empty), gate = given(gate_or_empty);
     const at::ScalarType type = q.scalar_type();
-    const at::Tensor q_ = kernel_layout(q, type), k_ = kernel_layout(k, type), v_ = kernel_layout(v, type);
+    const bool sm90 = sm90_kernels(q);
+    auto operand = [&](const at::Tensor& t) { return sm90 ? tma_layout(t, type) : kernel_layout(t, type); };
+    const at::Tensor q_ = operand(q), k_ = operand(k), v_ = operand(v);
     const at::Tensor gate_ = gate.defined() ? kernel_layout(gate, type) : gate;
     const at::Tensor bias_ = bias.defined() ? bias.to(type).contiguous() : bias;
-    // The kernels take the key mask additively: 0 attends, -inf masks.
-    const at::Tensor mask_f =
-        mask.defined() ? at::zeros(mask.sizes(), q.options().dtype(at::kFloat)).masked_fill_(mask.eq(0), -INFINITY)
-                       : mask;
+    const at::Tensor mask_f = mask.defined() ? additive_mask(mask) : mask;
     const at::Tensor o = dense_like(q_);
     const at::Tensor out = gate.defined() ? dense_like(q_) : o;
     const at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(3), q.size(2)}, q.options().dtype(at::kFloat));
     cuda::TriangleAttentionParams p = make_params(q_, k_, v_, bias_, mask_f, gate_);
+    const at::Tensor bias_rows = sm90 ? use_sm90(p, bias_) : at::Tensor();
     p.o = o.data_ptr();
     p.out = out.data_ptr();
     p.lse = lse.data_ptr<float>();
@@ -98,13 +146,16 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
     const at::Tensor &q = s[0], &k = s[1], &v = s[2], &bias = s[3], &mask = s[4], &gate = s[5],
                      &o = s[6], &lse = s[7];
     const c10::cuda::CUDAGuard guard(q.device());
-    const at::Tensor d_out = grad_out[0].defined() ? grad_out[0].to(q.scalar_type()).contiguous() : at::zeros_like(o);
+    const bool sm90 = sm90_kernels(q);
+    at::Tensor d_out = grad_out[0].defined() ? grad_out[0].to(q.scalar_type()).contiguous() : at::zeros_like(o);
+    if (sm90 && reinterpret_cast<uintptr_t>(d_out.data_ptr()) % 16 != 0) d_out = d_out.clone();
     const at::Tensor d_o = gate.defined() ? dense_like(o) : d_out;
     const at::Tensor d_gate = gate.defined() ? dense_like(o) : at::Tensor();
     const at::Tensor delta = at::empty_like(lse);
     const at::Tensor dq = dense_like(o), dk = dense_like(o), dv = dense_like(o);
     at::Tensor dbias, partial;
     cuda::TriangleAttentionParams p = make_params(q, k, v, bias, mask, gate);
+    const at::Tensor bias_rows = sm90 ? use_sm90(p, bias) : at::Tensor();
     p.o = o.data_ptr();
     p.lse = lse.data_ptr<float>();
     p.d_out = d_out.data_ptr();
@@ -135,8 +186,12 @@ at::Tensor triangle_attention_cuda(const at::Tensor& q, const at::Tensor& k, con
                                    const std::optional<at::Tensor>& mask,
                                    const std::optional<at::Tensor>& gate) {
   check_triangle_attention_args(q, k, v, bias, mask, gate);
-  if (q.scalar_type() == at::kDouble || !cuda::supported_head_dim(q.size(4)))
+  if (q.scalar_type() == at::kDouble || !kernels_run_on(q, "triangle_attention"))
     return triangle_attention_ref(q, k, v, bias, mask, gate);
+  if (!cuda::supported_head_dim(q.size(4))) {
+    warn_reference("triangle_attention", "head dim " + std::to_string(q.size(4)) + " (kernels: 16, 24, 32, 48, 64)");
+    return triangle_attention_ref(q, k, v, bias, mask, gate);
+  }
   // A C++ autograd Function records device and shape of every tensor input, so an absent
   // optional is passed as an empty tensor (an empty bias/mask/gate only occurs with an empty
   // q, where nothing is computed either way).

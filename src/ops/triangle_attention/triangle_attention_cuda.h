@@ -3,8 +3,9 @@
 // (triangle_attention_autograd.cpp). Strides are in elements, so transposed views (the
 // ending-node variant) are read in place; the last (head-dim) stride of q, k, v and gate is 1.
 //
-// Two kernel sets share this boundary: fp16/bf16 run on tensor cores
-// (triangle_attention_mma.cu), fp32 on CUDA cores (triangle_attention_simt.cu).
+// Three kernel sets share this boundary: fp16/bf16 run on tensor cores, through wgmma and TMA
+// on Hopper (triangle_attention_wgmma.cu, the forward at d = 32) and mma.sync on sm_80 and
+// later (triangle_attention_mma.cu); fp32 on CUDA cores (triangle_attention_simt.cu).
 #include <cstdint>
 
 #include "ops/kernel_dtype.h"
@@ -20,11 +21,16 @@ struct TriangleAttentionParams {
   const void* k; int64_t k_stride[5];
   const void* v; int64_t v_stride[5];
   const void* gate; int64_t gate_stride[5];  // pre-sigmoid output gate, or null
-  // [B, H, N, N] contiguous, or null (no bias).
+  // [B, H, N, N] contiguous, or null (no bias). The sm_90a kernels read the same values from
+  // bias_rows, whose rows are bias_ld >= N elements apart (a multiple of 8, for TMA).
   const void* bias;
-  // [B, R, N] float, contiguous, additive key mask: 0 = attend, -inf = masked; or null (all
-  // keys attended).
+  const void* bias_rows;
+  int64_t bias_ld;
+  // [B, R, N] float, additive key mask: 0 = attend, -inf = masked; or null (all keys
+  // attended). Rows are mask_ld >= N floats apart; the sm_90a forward needs mask_ld a
+  // multiple of 64 with -inf past N.
   const float* mask;
+  int64_t mask_ld;
   // Forward outputs / backward inputs, contiguous [B, R, N, H, d]: o before gating (saved for
   // backward) and out = sigmoid(gate) * o (null without a gate: out is o).
   void* o;
@@ -47,13 +53,30 @@ struct TriangleAttentionParams {
   // Float workspace of dbias_partials(p) * B * H * N * N elements: per-chunk partial sums of
   // the bias gradient over rows, added in chunk order afterwards.
   float* dbias_partial;
+  // Run the sm_90a kernels (see use_sm90): the forward, dQ and the bias gradient (dK/dV stay
+  // on mma.sync). q, k, v, d_o and a bias are then TMA-readable (tma_operand, bias_ld a
+  // multiple of 8).
+  bool sm90;
 };
+
+// Whether the sm_90a kernels were compiled in (CMAKE_CUDA_ARCHITECTURES has 90a).
+bool wgmma_kernels_built();
+// Whether these inputs run the sm_90a kernels on a GPU of compute capability major.minor:
+// built in, a 9.0 GPU, fp16/bf16, d = 32.
+bool use_sm90(DType dtype, int64_t d, int major, int minor);
+// Whether TMA can read a [B, R, N, H, d] operand in place: 16-byte aligned start, unit
+// innermost stride, every other stride a positive multiple of 16 bytes.
+bool tma_operand(const void* ptr, const int64_t (&stride)[5], int64_t elem_bytes);
 
 // Head dims the kernels are instantiated for; others use the ATen reference.
 bool supported_head_dim(int64_t d);
 
-// How many row chunks the bias gradient is split into (0: none, no workspace needed).
+// How many row chunks the bias gradient is split into (0: none, no workspace needed). The
+// tensor-core kernels (either set) sum over the rows of a chunk for one 128-query x 64-key
+// tile of the bias; the count depends on the shape only, never on the GPU.
 int64_t dbias_partials(const TriangleAttentionParams& p);
+// dbias = the sum of the chunk partials in chunk order.
+void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream);
 
 void triangle_attention_forward(const TriangleAttentionParams& p, void* stream);
 void triangle_attention_backward(const TriangleAttentionParams& p, void* stream);
@@ -62,6 +85,8 @@ void triangle_attention_backward(const TriangleAttentionParams& p, void* stream)
 void forward_mma(const TriangleAttentionParams& p, void* stream);
 void backward_mma(const TriangleAttentionParams& p, void* stream);
 int64_t dbias_partials_mma(const TriangleAttentionParams& p);
+void forward_wgmma(const TriangleAttentionParams& p, void* stream);
+void backward_wgmma(const TriangleAttentionParams& p, void* stream);  // dQ and the bias gradient
 void forward_simt(const TriangleAttentionParams& p, void* stream);
 void backward_simt(const TriangleAttentionParams& p, void* stream);
 

@@ -292,7 +292,7 @@ __device__ __forceinline__ Row row_of(const TriangleAttentionParams& p, int64_t 
 }
 
 __device__ __forceinline__ const float* mask_row(const TriangleAttentionParams& p, Row x) {
-  return p.mask != nullptr ? p.mask + (x.b * p.R + x.r) * p.N : nullptr;
+  return p.mask != nullptr ? p.mask + (x.b * p.R + x.r) * p.mask_ld : nullptr;
 }
 
 // Row statistics lse and delta are [B, R, H, N]; this is the start of one (b, r, h) row.
@@ -886,6 +886,17 @@ __global__ void dbias_reduce_kernel(const float* partial, float* dbias, int64_t 
 
 int64_t tiles(int64_t n, int per) { return (n + per - 1) / per; }
 
+}  // namespace
+
+void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream) {
+  const int64_t n = p.B * p.H * p.N * p.N;
+  const auto blocks = static_cast<unsigned int>(std::min<int64_t>((n + 255) / 256, 4096));
+  dbias_reduce_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(p.dbias_partial, p.dbias, chunks, n);
+  MF_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+
 unsigned int grid_size(int64_t blocks) {
   MF_CHECK(blocks <= 0x7fffffff, "triangle_attention CUDA: ", blocks, " blocks exceed the grid limit");
   return static_cast<unsigned int>(blocks);
@@ -905,13 +916,6 @@ int vector_width(const TriangleAttentionParams& p) {
   return fits(8) ? 8 : fits(2) ? 2 : 1;
 }
 
-int sm_count() {
-  int device = 0, count = 0;
-  MF_CUDA_CHECK(cudaGetDevice(&device));
-  MF_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 // Launches a kernel that takes `bytes` of dynamic shared memory (above the 48 KB default).
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, int bytes, cudaStream_t stream, Args... args) {
@@ -928,20 +932,18 @@ void launch_forward(const TriangleAttentionParams& p, cudaStream_t stream) {
   launch(forward_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vector_width(p));
 }
 
+// With p.sm90 only dK/dV: the sm_90a kernels compute dQ and the bias gradient.
 template <typename T, int D>
 void launch_backward(const TriangleAttentionParams& p, cudaStream_t stream) {
   const int vec = vector_width(p);
   const dim3 grid(grid_size(p.B * p.R * p.H * tiles(p.N, kRows)));
-  launch(dq_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vec);
+  if (!p.sm90) launch(dq_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vec);
   launch(dkv_kernel<T, D>, grid, dkv_smem<T, D>(), stream, p, vec);
-  if (p.dbias == nullptr) return;
+  if (p.dbias == nullptr || p.sm90) return;
   const int64_t chunks = dbias_partials_mma(p);
   const dim3 bias_grid(grid_size(p.B * p.H * chunks * tiles(p.N, kRows) * tiles(p.N, kCols)));
   launch(dbias_kernel<T, D>, bias_grid, dbias_smem<T, D>(), stream, p, vec, chunks);
-  const int64_t n = p.B * p.H * p.N * p.N;
-  const auto blocks = static_cast<unsigned int>(std::min<int64_t>((n + 255) / 256, 4096));
-  dbias_reduce_kernel<<<blocks, 256, 0, stream>>>(p.dbias_partial, p.dbias, chunks, n);
-  MF_CUDA_CHECK(cudaGetLastError());
+  dbias_reduce(p, chunks, stream);
 }
 
 template <typename T>
@@ -968,11 +970,13 @@ void dispatch_dtype(const TriangleAttentionParams& p, void* stream, bool backwar
 
 int64_t dbias_partials_mma(const TriangleAttentionParams& p) {
   if (p.bias == nullptr) return 0;
-  // Enough row chunks for ~12 blocks per SM (about six waves at two resident blocks per SM,
-  // so the last, partial wave costs little); no more chunks than rows.
-  static const int sms = sm_count();
+  // Enough row chunks for ~1600 blocks (about six waves of two blocks per SM on a 132-SM
+  // H100/H200, so the last, partial wave costs little); no more chunks than rows. A constant,
+  // not the GPU's SM count: the chunks fix the order of the sum, so the bias gradient is
+  // bitwise the same on every GPU.
+  constexpr int64_t kTargetBlocks = 1600;
   const int64_t blocks = p.B * p.H * tiles(p.N, kRows) * tiles(p.N, kCols);
-  const int64_t want = (12 * sms + blocks - 1) / blocks;
+  const int64_t want = (kTargetBlocks + blocks - 1) / blocks;
   return std::max<int64_t>(1, std::min<int64_t>(want, p.R));
 }
 

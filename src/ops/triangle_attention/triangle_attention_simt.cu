@@ -35,7 +35,7 @@ __device__ __forceinline__ float load_bias(const TriangleAttentionParams& p, int
 
 __device__ __forceinline__ float key_valid(const TriangleAttentionParams& p, int64_t b, int64_t r, int64_t j) {
   if (j >= p.N) return 0.f;
-  return p.mask == nullptr || p.mask[(b * p.R + r) * p.N + j] == 0.f ? 1.f : 0.f;  // additive mask
+  return p.mask == nullptr || p.mask[(b * p.R + r) * p.mask_ld + j] == 0.f ? 1.f : 0.f;  // additive mask
 }
 
 // Row-major [B, R, N, H, d] offset of a contiguous tensor; [B, R, H, N] for per-row stats.

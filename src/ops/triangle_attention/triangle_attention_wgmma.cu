@@ -1,0 +1,704 @@
+// Triangle attention forward for Hopper (sm_90a): wgmma on shared-memory tiles that TMA
+// fills, with a producer warp and consumer warpgroups (warp specialisation).
+//
+// Block = one query tile of 64 queries of kRows consecutive rows r (same b, h): warpgroup w
+// computes row r0 + w. All rows of a block share one bias tile per key step (the bias does
+// not depend on r), so the bias bytes per score fall by kRows against a block per row. A
+// ninth warp only issues TMA copies: the queries once, then per key step the keys and values
+// of every row and the bias tile, into a ring of kStages slots guarded by "full" (bytes
+// landed) and "empty" (all consumers done) mbarriers. Consumers per step:
+//   S = Q K^T          wgmma m64n64k16 x2, both operands in shared memory
+//   softmax            online, base 2, in registers; bias read from the swizzled tile
+//   O += P V           wgmma m64n32k16 x4, P from registers, V transposed from shared memory
+// The counts behind the shape (N=768, H=4, d=32): per score 4d = 128 tensor FLOPs against
+// one exponential and ~8 other float instructions, so the exponential unit (16/clock/SM) and
+// the float pipe, not the tensor cores, bound the kernel; wgmma frees the issue slots that
+// mma.sync spent and TMA those of the address arithmetic of the cp.async loaders.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/hopper.cuh"
+#include "core/mma.cuh"
+#include "ops/triangle_attention/triangle_attention_cuda.h"
+#include "ops/warn_once.h"
+
+namespace megafold::ops::cuda {
+namespace {
+
+// Tile choices, by head dim (only d = 32 is instantiated: one 64-byte swizzled row per query
+// or key). kRows warpgroups per block, one row r each (forward, dQ) or one 64-query half of
+// the block's bias tile each (bias gradient); a 64 x 64 score block per wgmma pair.
+template <int D>
+struct Traits {
+  static constexpr int kRows = 2;          // consumer warpgroups
+  static constexpr int kBlockM = 64;       // queries per warpgroup (the wgmma M)
+  static constexpr int kBlockN = 64;       // keys per step
+  static constexpr int kStages = 3;        // ring slots
+  static constexpr int kThreads = 128 * kRows + 32;  // + the producer warp
+  // Two blocks per SM. 112 registers (2 x 288 x 112 = 64512 of 65536) fit only one on the
+  // H200 (the runtime's occupancy query says so); 96 fit two.
+  static constexpr int kRegisters = 96;
+  static constexpr int kSwizzle = D * 2;   // bytes per row of a q/k/v tile
+  static constexpr int kTile = 64 * kSwizzle;             // a 64-row q, k, v or dO tile
+  static constexpr int kBiasTile = kBlockM * kBlockN * 2;  // 64 x 64, 128-byte rows
+  static constexpr int kMaskRow = kBlockN * 4;             // the key mask of one row r
+  static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+  // Forward and dQ: per step, the keys and values of every row, the shared bias tile, the
+  // key masks; resident: the queries (and dO) of every row.
+  static constexpr int kKeyStage = align(2 * kRows * kTile + kBiasTile + kRows * kMaskRow);
+  static constexpr int kKeySmem = 2 * kRows * kTile + kStages * kKeyStage + 1024;  // + alignment slack
+  // Bias gradient: per step (row r), queries and dO of both halves, keys, values, key mask;
+  // resident: the bias tile of both halves.
+  static constexpr int kRowStage = align(2 * kRows * kTile + 2 * kTile + kMaskRow);
+  static constexpr int kRowSmem = kRows * kBiasTile + kStages * kRowStage + 1024;
+  static_assert(kBlockM == 64 && kBlockN == 64 && D == 32, "one instantiation");
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Maps {
+  CUtensorMap q, k, v, d_o, bias, mask;
+};
+
+#if defined(MEGAFOLD_SM90A_DEVICE)
+using namespace megafold::hopper;
+using mma::exp2_approx;
+using mma::pack2;
+
+// Shared memory from a 1024-byte boundary (the swizzle patterns repeat every 1024 bytes).
+__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
+  return raw + ((1024 - smem_u32(raw) % 1024) % 1024);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// Score blocks are wgmma m64nC accumulators (C = 64 or 32 keys, NX = C / 2 values): warp w of
+// the warpgroup holds rows 16w + g and 16w + g + 8, columns 8c + 2t and 8c + 2t + 1 of chunk
+// c, as x[4c + 2 half + e]. The gradient kernels work on 32-key halves of a 64-key step, so
+// that the scores, dP and the accumulators fit the register budget of two blocks per SM.
+
+// Byte offsets of this lane's ldmatrix rows in a 64 x 64 bias tile (128-byte rows, chunk c of
+// row x stored at chunk c ^ (x % 8)): load m gives 8 x 8 blocks (chunk c = 2m + lane / 16,
+// rows + 8 * ((lane / 8) % 2)), lane % 8 naming the row.
+__device__ __forceinline__ void bias_offsets(int (&at)[4], int row16, int lane) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int c = 2 * m + lane / 16, x = row16 + 8 * ((lane / 8) % 2) + lane % 8;
+    at[m] = x * 128 + ((c ^ (x % 8)) * 16);
+  }
+}
+
+// The bias of this thread's scores, packed pairs bf[2c + half] (16 registers).
+__device__ __forceinline__ void load_bias(uint32_t (&bf)[16], const unsigned char* tile, const int (&at)[4]) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    uint32_t x[4];
+    mma::ldmatrix_x4(x, tile + at[m]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) bf[4 * m + e] = x[e];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void scale_add_bias(float (&x)[32], const uint32_t (&bf)[16], float scale) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const float2 b = mma::unpack2<T>(bf[2 * (i / 4) + (i / 2) % 2]);
+    x[i] = fmaf(x[i], scale, i % 2 == 0 ? b.x : b.y);
+  }
+}
+
+// The same for the columns 16 m0 .. 16 m0 + NX - 1 of the tile, the bias read 16 columns at
+// a time (4 registers live).
+template <typename T, int NX>
+__device__ __forceinline__ void scale_add_bias(float (&x)[NX], const unsigned char* tile, const int (&at)[4], int m0,
+                                               float scale) {
+#pragma unroll
+  for (int m = 0; m < NX / 8; ++m) {
+    uint32_t bf[4];
+    mma::ldmatrix_x4(bf, tile + at[m0 + m]);
+#pragma unroll
+    for (int i = 8 * m; i < 8 * m + 8; ++i) {
+      const float2 b = mma::unpack2<T>(bf[(i - 8 * m) / 2]);
+      x[i] = fmaf(x[i], scale, i % 2 == 0 ? b.x : b.y);
+    }
+  }
+}
+
+// Adds the additive key mask of these columns (rows padded with -inf past N).
+template <int NX>
+__device__ __forceinline__ void add_key_mask(float (&x)[NX], const float* mask, int t) {
+#pragma unroll
+  for (int c = 0; c < NX / 4; ++c) {
+    const float2 m = *reinterpret_cast<const float2*>(mask + 8 * c + 2 * t);
+    x[4 * c] += m.x, x[4 * c + 1] += m.y, x[4 * c + 2] += m.x, x[4 * c + 3] += m.y;
+  }
+}
+
+// Keys past N get -inf (without a mask, whose padding does this).
+template <int NX>
+__device__ __forceinline__ void mask_tail(float (&x)[NX], int64_t j0, int64_t N, int t) {
+  if (j0 + 2 * NX <= N) return;
+#pragma unroll
+  for (int i = 0; i < NX; ++i)
+    if (j0 + 8 * (i / 4) + 2 * t + i % 2 >= N) x[i] = -INFINITY;
+}
+
+// dS = P * (dP - delta) with P = 2^(log2(e) x - lse2), in place in x (lse2 = +inf: P = 0).
+template <int NX>
+__device__ __forceinline__ void to_ds(float (&x)[NX], const float (&dp)[NX], const float (&lse2)[2],
+                                      const float (&delta)[2]) {
+#pragma unroll
+  for (int i = 0; i < NX; ++i) {
+    const int half = (i / 2) % 2;
+    x[i] = exp2_approx(fmaf(x[i], kLog2e, -lse2[half])) * (dp[i] - delta[half]);
+  }
+}
+
+// A score block as the A fragments of its k-steps of 16 keys (chunk c = keys 8c..8c+7 goes
+// to k-step c / 2, register (c % 2) * 2 + half).
+template <typename T, int NX>
+__device__ __forceinline__ void to_a_fragments(uint32_t (&a)[NX / 8][4], const float (&x)[NX]) {
+#pragma unroll
+  for (int i = 0; i < NX; i += 2) a[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2] = pack2<T>(x[i], x[i + 1]);
+}
+
+// acc (64 x 32) += A (64 x 16 KS keys) B, B the rows of a key tile read transposed (MN-major).
+template <typename T, int kSwizzle, int KS>
+__device__ __forceinline__ void gemm_keys(float (&acc)[16], const uint32_t (&a)[KS][4], const unsigned char* rows) {
+  const uint64_t desc = smem_desc<kSwizzle>(rows);
+  fence_registers(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) wgmma_64x32_rs<T>(acc, a[ks], desc_add(desc, ks * 16 * kSwizzle));
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(acc);
+}
+
+// x (64 x 2NX) = A B^T over d = 32 (two k-steps), A 64 rows, B 2NX rows, both K-major.
+// Issued, not waited for.
+template <typename T, int kSwizzle, int NX>
+__device__ __forceinline__ void issue_scores(float (&x)[NX], const unsigned char* a, const unsigned char* b) {
+  const uint64_t da = smem_desc<kSwizzle>(a), db = smem_desc<kSwizzle>(b);
+  if constexpr (NX == 32) {
+    wgmma_64x64_ss<T>(x, da, db, false);
+    wgmma_64x64_ss<T>(x, desc_add(da, 32), desc_add(db, 32), true);
+  } else {
+    static_assert(NX == 16, "64- or 32-key blocks");
+    wgmma_64x32_ss<T>(x, da, db, false);
+    wgmma_64x32_ss<T>(x, desc_add(da, 32), desc_add(db, 32), true);
+  }
+}
+
+// The lse (base 2) and delta of rows i and i + 8 of one (b, r, h) ([B, R, H, N] arrays);
+// rows past N get lse = +inf (P = 0).
+__device__ __forceinline__ void row_stats(const TriangleAttentionParams& p, int64_t bh_row, int64_t i,
+                                          float (&lse2)[2], float (&delta)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool in = i + 8 * half < p.N;
+    lse2[half] = in ? p.lse[bh_row + i + 8 * half] : INFINITY;
+    delta[half] = in ? p.delta[bh_row + i + 8 * half] : 0.f;
+  }
+}
+
+// Stores a 64 x 32 accumulator block (rows i, i + 8 of this thread) times mul[half] into a
+// contiguous [B, R, N, H, d] tensor of T at element `at(i)`; with a gate, times sigmoid(gate).
+template <typename T>
+__device__ __forceinline__ void store_rows(void* out, const TriangleAttentionParams& p, int b, int64_t r, int h,
+                                           int64_t i_first, const float (&acc)[16], const float (&mul)[2],
+                                           const void* gate, int t) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = i_first + 8 * half;
+    if (i >= p.N) continue;
+    T* row = static_cast<T*>(out) + (((b * p.R + r) * p.N + i) * p.H + h) * 32;
+    const T* g = gate == nullptr ? nullptr
+                                 : static_cast<const T*>(gate) + b * p.gate_stride[0] + r * p.gate_stride[1] +
+                                       i * p.gate_stride[2] + h * p.gate_stride[3];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int col = 8 * c + 2 * t;
+      float v0 = acc[4 * c + 2 * half] * mul[half], v1 = acc[4 * c + 2 * half + 1] * mul[half];
+      if (g != nullptr) {
+        v0 /= 1.f + __expf(-static_cast<float>(g[col]));
+        v1 /= 1.f + __expf(-static_cast<float>(g[col + 1]));
+      }
+      *reinterpret_cast<uint32_t*>(row + col) = pack2<T>(v0, v1);
+    }
+  }
+}
+#endif
+
+// Forward and dQ share one schedule: block = (b, h, 64 queries, kRows rows r), the producer
+// streams key tiles (keys and values of every row, the shared bias tile, the key masks).
+//   forward: S = Q K^T, online softmax, O += P V
+//   dQ:      S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K
+template <typename T, int D, bool kBias, bool kMask, bool kGrad>
+__global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kRegisters)
+    tma_wgmma_key_loop_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p) {
+#if defined(MEGAFOLD_SM90A_DEVICE)
+  using Tr = Traits<D>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = aligned_smem(smem_raw);
+  unsigned char* q_tiles = smem;                          // kRows tiles
+  unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ only)
+  unsigned char* stages = smem + 2 * Tr::kRows * Tr::kTile;
+  __shared__ Ring<Tr::kStages> ring;
+  __shared__ uint64_t resident;
+  auto k_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + w * Tr::kTile; };
+  auto v_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + (Tr::kRows + w) * Tr::kTile; };
+  auto bias_tile = [&](int s) { return stages + s * Tr::kKeyStage + 2 * Tr::kRows * Tr::kTile; };
+  auto mask_row = [&](int s, int w) {
+    return reinterpret_cast<float*>(bias_tile(s) + Tr::kBiasTile + w * Tr::kMaskRow);
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i0 = blockIdx.x * Tr::kBlockM, r0 = blockIdx.y * Tr::kRows;
+  const int b = blockIdx.z / static_cast<int>(p.H), h = blockIdx.z % static_cast<int>(p.H);
+  const int steps = static_cast<int>((p.N + Tr::kBlockN - 1) / Tr::kBlockN);
+
+  if (threadIdx.x == 0) {
+    ring.init(128 * Tr::kRows);
+    barrier_init(&resident, 1);
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == 4 * Tr::kRows) {  // the producer warp
+    if (lane != 0) return;
+    barrier_expect_bytes(&resident, (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile);
+    for (int w = 0; w < Tr::kRows; ++w) {
+      tma_load_5d(q_tiles + w * Tr::kTile, &maps.q, &resident, 0, h, i0, r0 + w, b);
+      if constexpr (kGrad) tma_load_5d(do_tiles + w * Tr::kTile, &maps.d_o, &resident, 0, h, i0, r0 + w, b);
+    }
+    constexpr uint32_t bytes =
+        2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
+    for (int step = 0; step < steps; ++step) {
+      const int s = ring.acquire(step, bytes), j0 = step * Tr::kBlockN;
+      for (int w = 0; w < Tr::kRows; ++w) {
+        tma_load_5d(k_tile(s, w), &maps.k, ring.filled(s), 0, h, j0, r0 + w, b);
+        tma_load_5d(v_tile(s, w), &maps.v, ring.filled(s), 0, h, j0, r0 + w, b);
+        if constexpr (kMask) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
+      }
+      if constexpr (kBias) tma_load_3d(bias_tile(s), &maps.bias, ring.filled(s), j0, i0, blockIdx.z);
+    }
+    return;
+  }
+
+  // Consumers: warpgroup wg computes row r of the block's queries.
+  const int wg = warp / 4, g = lane / 4, t = lane % 4, row16 = 16 * (warp % 4);
+  const int64_t r = r0 + wg;
+  const bool live = r < p.R;
+  const int64_t i_first = i0 + row16 + g;  // this thread's rows: i_first, i_first + 8
+  const int64_t stat_row = ((static_cast<int64_t>(b) * p.R + r) * p.H + h) * p.N;
+  int bias_at[4];
+  bias_offsets(bias_at, row16, lane);
+  float lse2[2] = {0.f, 0.f}, delta[2] = {0.f, 0.f};
+  if (kGrad && live) row_stats(p, stat_row, i_first, lse2, delta);
+  barrier_wait(&resident, 0);
+
+  float acc[16];  // O, or dQ / scale
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // forward: running max, row sums
+  for (int step = 0; step < steps; ++step) {
+    const int s = ring.wait(step);
+    const int64_t j0 = static_cast<int64_t>(step) * Tr::kBlockN;
+    if (live && kGrad) {
+      // dQ, one 32-key half at a time: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
+#pragma unroll
+      for (int hk = 0; hk < 2; ++hk) {
+        const int rows = 32 * hk * Tr::kSwizzle;  // byte offset of the half's keys in a tile
+        float x[16], dp[16];
+        wgmma_fence();
+        issue_scores<T, Tr::kSwizzle, 16>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg) + rows);
+        issue_scores<T, Tr::kSwizzle, 16>(dp, do_tiles + wg * Tr::kTile, v_tile(s, wg) + rows);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(x);
+        fence_registers(dp);
+        if constexpr (kBias) scale_add_bias<T, 16>(x, bias_tile(s), bias_at, 2 * hk, p.scale);
+        else for (float& v : x) v *= p.scale;
+        if constexpr (kMask) add_key_mask(x, mask_row(s, wg) + 32 * hk, t);
+        else mask_tail(x, j0 + 32 * hk, p.N, t);
+        to_ds(x, dp, lse2, delta);
+        uint32_t a[2][4];
+        to_a_fragments<T, 16>(a, x);
+        gemm_keys<T, Tr::kSwizzle, 2>(acc, a, k_tile(s, wg) + rows);
+      }
+    } else if (live) {
+      // Forward: S = Q K^T, online softmax, O += P V.
+      float x[32];
+      wgmma_fence();
+      issue_scores<T, Tr::kSwizzle, 32>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
+      wgmma_commit();
+      uint32_t bf[16];  // fetched while the product runs
+      if constexpr (kBias) load_bias(bf, bias_tile(s), bias_at);
+      wgmma_wait<0>();
+      fence_registers(x);
+      if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
+      else for (float& v : x) v *= p.scale;
+      if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
+      else mask_tail(x, j0, p.N, t);
+      float off[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float mx[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) mx[c] = fmaxf(x[4 * c + 2 * half], x[4 * c + 2 * half + 1]);
+#pragma unroll
+        for (int w = 4; w > 0; w /= 2)
+#pragma unroll
+          for (int c = 0; c < w; ++c) mx[c] = fmaxf(mx[c], mx[c + w]);
+        const float m_new = fmaxf(m[half], quad_max(mx[0]));
+        // A row with no valid key so far keeps max -inf; subtract 0 instead (all terms are 0).
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float corr = exp2_approx((m[half] - m_use) * kLog2e);
+        m[half] = m_new;
+        off[half] = -m_use * kLog2e;
+        l[half] *= corr;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[4 * c + 2 * half] *= corr, acc[4 * c + 2 * half + 1] *= corr;
+      }
+      uint32_t a[4][4];
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {  // pairs: half the length of the row-sum chains
+        const int half = (i / 2) % 2;
+        const float p0 = exp2_approx(fmaf(x[i], kLog2e, off[half]));
+        const float p1 = exp2_approx(fmaf(x[i + 1], kLog2e, off[half]));
+        l[half] += p0 + p1;
+        a[i / 8][((i / 4) % 2) * 2 + half] = pack2<T>(p0, p1);
+      }
+      gemm_keys<T, Tr::kSwizzle, 4>(acc, a, v_tile(s, wg));
+    }
+    ring.release(s);
+  }
+  if (!live) return;
+
+  if constexpr (kGrad) {
+    const float mul[2] = {p.scale, p.scale};
+    store_rows<T>(p.dq, p, b, r, h, i_first, acc, mul, nullptr, t);
+  } else {
+    float inv[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+      l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+      inv[half] = l[half] > 0.f ? 1.f / l[half] : 0.f;  // a fully masked row gives zeros
+      const int64_t i = i_first + 8 * half;
+      if (t == 0 && i < p.N) p.lse[stat_row + i] = l[half] > 0.f ? fmaf(m[half], kLog2e, log2f(l[half])) : INFINITY;
+    }
+    store_rows<T>(p.o, p, b, r, h, i_first, acc, inv, nullptr, t);
+    // The gated output straight from the registers: the gate costs no extra pass over o.
+    if (p.gate != nullptr) store_rows<T>(p.out, p, b, r, h, i_first, acc, inv, p.gate, t);
+  }
+#endif
+}
+
+// Bias gradient: block = (b, h, 128 queries x 64 keys, a chunk of rows r); warpgroup w owns
+// queries i0 + 64w..+63 and keeps sum_r dS of them in registers while the producer streams
+// each row's queries, dO, keys, values and key mask. The sum over a chunk's rows runs in row
+// order; the chunks' partial sums are added in chunk order by dbias_reduce.
+template <typename T, int D, bool kMask>
+__global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kRegisters)
+    tma_wgmma_dbias_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p, int64_t chunks) {
+#if defined(MEGAFOLD_SM90A_DEVICE)
+  using Tr = Traits<D>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = aligned_smem(smem_raw);
+  unsigned char* bias_tiles = smem;  // kRows tiles
+  unsigned char* stages = smem + Tr::kRows * Tr::kBiasTile;
+  __shared__ Ring<Tr::kStages> ring;
+  __shared__ uint64_t resident;
+  auto q_tile = [&](int s, int w) { return stages + s * Tr::kRowStage + w * Tr::kTile; };
+  auto do_tile = [&](int s, int w) { return stages + s * Tr::kRowStage + (Tr::kRows + w) * Tr::kTile; };
+  auto k_tile = [&](int s) { return stages + s * Tr::kRowStage + 2 * Tr::kRows * Tr::kTile; };
+  auto v_tile = [&](int s) { return k_tile(s) + Tr::kTile; };
+  auto mask_row = [&](int s) { return reinterpret_cast<float*>(k_tile(s) + 2 * Tr::kTile); };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t key_tiles = (p.N + Tr::kBlockN - 1) / Tr::kBlockN;
+  const int i0 = static_cast<int>(blockIdx.x / key_tiles) * Tr::kRows * Tr::kBlockM;
+  const int j0 = static_cast<int>(blockIdx.x % key_tiles) * Tr::kBlockN;
+  const int64_t chunk = blockIdx.y, bh = blockIdx.z;
+  const int b = static_cast<int>(bh / p.H), h = static_cast<int>(bh % p.H);
+  const int64_t rows_per = (p.R + chunks - 1) / chunks;
+  const int r_begin = static_cast<int>(chunk * rows_per < p.R ? chunk * rows_per : p.R);
+  const int r_end = static_cast<int>(r_begin + rows_per < p.R ? r_begin + rows_per : p.R);
+
+  if (threadIdx.x == 0) {
+    ring.init(128 * Tr::kRows);
+    barrier_init(&resident, 1);
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == 4 * Tr::kRows) {  // the producer warp
+    if (lane != 0) return;
+    barrier_expect_bytes(&resident, Tr::kRows * Tr::kBiasTile);
+    for (int w = 0; w < Tr::kRows; ++w)
+      tma_load_3d(bias_tiles + w * Tr::kBiasTile, &maps.bias, &resident, j0, i0 + w * Tr::kBlockM, blockIdx.z);
+    constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0);
+    for (int r = r_begin; r < r_end; ++r) {
+      const int s = ring.acquire(r - r_begin, bytes);
+      for (int w = 0; w < Tr::kRows; ++w) {
+        tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
+        tma_load_5d(do_tile(s, w), &maps.d_o, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
+      }
+      tma_load_5d(k_tile(s), &maps.k, ring.filled(s), 0, h, j0, r, b);
+      tma_load_5d(v_tile(s), &maps.v, ring.filled(s), 0, h, j0, r, b);
+      if constexpr (kMask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
+    }
+    return;
+  }
+
+  const int wg = warp / 4, g = lane / 4, t = lane % 4, row16 = 16 * (warp % 4);
+  const int64_t i_first = i0 + wg * Tr::kBlockM + row16 + g;
+  int bias_at[4];
+  bias_offsets(bias_at, row16, lane);
+  barrier_wait(&resident, 0);
+
+  float acc[2][16];  // sum_r dS of the two 32-key halves
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[0][i] = acc[1][i] = 0.f;
+  for (int r = r_begin; r < r_end; ++r) {
+    const int s = ring.wait(r - r_begin);
+    float lse2[2], delta[2];
+    row_stats(p, ((static_cast<int64_t>(b) * p.R + r) * p.H + h) * p.N, i_first, lse2, delta);
+#pragma unroll
+    for (int hk = 0; hk < 2; ++hk) {
+      const int rows = 32 * hk * Tr::kSwizzle;
+      float x[16], dp[16];
+      wgmma_fence();
+      issue_scores<T, Tr::kSwizzle, 16>(x, q_tile(s, wg), k_tile(s) + rows);
+      issue_scores<T, Tr::kSwizzle, 16>(dp, do_tile(s, wg), v_tile(s) + rows);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(x);
+      fence_registers(dp);
+      scale_add_bias<T, 16>(x, bias_tiles + wg * Tr::kBiasTile, bias_at, 2 * hk, p.scale);
+      if constexpr (kMask) add_key_mask(x, mask_row(s) + 32 * hk, t);
+      else mask_tail(x, j0 + 32 * hk, p.N, t);
+      to_ds(x, dp, lse2, delta);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[hk][i] += x[i];
+    }
+    ring.release(s);
+  }
+
+  float* out = p.dbias_partial + (chunk * p.B * p.H + bh) * p.N * p.N;
+#pragma unroll
+  for (int hk = 0; hk < 2; ++hk)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int64_t row = i_first + 8 * ((i / 2) % 2), col = j0 + 32 * hk + 8 * (i / 4) + 2 * t + i % 2;
+      if (row < p.N && col < p.N) out[row * p.N + col] = acc[hk][i];
+    }
+#endif
+}
+
+// ---- host side ----
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, found at run time (the library links only the runtime).
+EncodeTiled encoder() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    MF_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    MF_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr,
+             "triangle_attention: the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+CUtensorMapDataType map_type(DType t) {
+  return t == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+// [B, R, N, H, d] through its strides as a 5-D map (d innermost), boxes of `rows` of N.
+CUtensorMap operand_map(DType dtype, const void* ptr, const int64_t (&s)[5], const TriangleAttentionParams& p,
+                        int rows, CUtensorMapSwizzle swizzle) {
+  CUtensorMap map{};
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(p.d), static_cast<cuuint64_t>(p.H),
+                              static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.R),
+                              static_cast<cuuint64_t>(p.B)};
+  const cuuint64_t strides[4] = {static_cast<cuuint64_t>(s[3] * 2), static_cast<cuuint64_t>(s[2] * 2),
+                                 static_cast<cuuint64_t>(s[1] * 2), static_cast<cuuint64_t>(s[0] * 2)};
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(p.d), 1, static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+  const CUresult res = encoder()(&map, map_type(dtype), 5, const_cast<void*>(ptr), dims, strides, box, unit,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MF_CHECK(res == CUDA_SUCCESS, "triangle_attention: cannot describe q/k/v [", p.B, ", ", p.R, ", ", p.N, ", ", p.H,
+           ", ", p.d, "] with strides [", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "] for TMA (error ", res, ")");
+  return map;
+}
+
+// The bias [B * H, N, N] with rows bias_ld elements apart, boxes of 64 x 64.
+CUtensorMap bias_map(const TriangleAttentionParams& p) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.N),
+                              static_cast<cuuint64_t>(p.B * p.H)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.bias_ld * 2), static_cast<cuuint64_t>(p.N * p.bias_ld * 2)};
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUresult res = encoder()(&map, map_type(p.dtype), 3, const_cast<void*>(p.bias_rows), dims, strides, box, unit,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MF_CHECK(res == CUDA_SUCCESS, "triangle_attention: cannot describe the bias for TMA (error ", res, ")");
+  return map;
+}
+
+// The additive key mask [B, R, N] with rows mask_ld (a multiple of 64, -inf past N) apart.
+CUtensorMap mask_map(const TriangleAttentionParams& p, int keys) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.mask_ld), static_cast<cuuint64_t>(p.R),
+                              static_cast<cuuint64_t>(p.B)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.mask_ld * 4), static_cast<cuuint64_t>(p.R * p.mask_ld * 4)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(keys), 1, 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUresult res = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(p.mask), dims, strides,
+                                 box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MF_CHECK(res == CUDA_SUCCESS, "triangle_attention: cannot describe the key mask for TMA (error ", res, ")");
+  return map;
+}
+
+// The maps of one call; tiles of 64 rows of q, k, v and dO.
+template <int D>
+Maps make_maps(const TriangleAttentionParams& p, bool grad) {
+  using Tr = Traits<D>;
+  const auto swizzle = Tr::kSwizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
+  Maps maps{};
+  maps.q = operand_map(p.dtype, p.q, p.q_stride, p, 64, swizzle);
+  maps.k = operand_map(p.dtype, p.k, p.k_stride, p, 64, swizzle);
+  maps.v = operand_map(p.dtype, p.v, p.v_stride, p, 64, swizzle);
+  if (grad) {
+    const int64_t dense[5] = {p.R * p.N * p.H * p.d, p.N * p.H * p.d, p.H * p.d, p.d, 1};
+    maps.d_o = operand_map(p.dtype, p.d_o, dense, p, 64, swizzle);
+  }
+  if (p.bias != nullptr) maps.bias = bias_map(p);
+  if (p.mask != nullptr) {
+    MF_CHECK(p.mask_ld % Tr::kBlockN == 0, "triangle_attention sm_90a kernels: mask rows must be padded to ",
+             Tr::kBlockN, " keys");
+    maps.mask = mask_map(p, Tr::kBlockN);
+  }
+  return maps;
+}
+
+// Launches with `smem` bytes of dynamic shared memory; the first time, checks that two blocks
+// fit per SM as the tile choices assume (warns once, naming the kernel, if not).
+template <typename Kernel, typename... Args>
+void launch(const char* name, Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, Args... args) {
+  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  static std::mutex mutex;
+  static std::set<const void*> checked;
+  bool first;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    first = checked.insert(reinterpret_cast<const void*>(kernel)).second;
+  }
+  if (first) {
+    int resident = 0;
+    MF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, smem));
+    if (resident < 2)
+      warn_once(name, std::string("triangle_attention: the ") + name + " fits " + std::to_string(resident) +
+                          " block(s) per SM, not the 2 its tiles assume; it runs slower");
+  }
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  MF_CUDA_CHECK(cudaGetLastError());
+}
+
+void check_grid(int64_t x, int64_t y, int64_t z) {
+  MF_CHECK(x <= 0x7fffffff && y <= 65535 && z <= 65535, "triangle_attention sm_90a kernels: grid ", x, " x ", y,
+           " x ", z, " exceeds the launch limits");
+}
+
+// Forward (kGrad false) or dQ (kGrad true).
+template <typename T, int D, bool kGrad>
+void launch_key_loop(const TriangleAttentionParams& p, cudaStream_t stream) {
+  using Tr = Traits<D>;
+  const Maps maps = make_maps<D>(p, kGrad);
+  const int64_t x = (p.N + Tr::kBlockM - 1) / Tr::kBlockM, y = (p.R + Tr::kRows - 1) / Tr::kRows, z = p.B * p.H;
+  check_grid(x, y, z);
+  const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
+  const char* name = kGrad ? "sm_90a dQ kernel" : "sm_90a forward kernel";
+  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, Tr::kKeySmem, stream, maps, p); };
+  const bool bias = p.bias != nullptr, mask = p.mask != nullptr;
+  if (bias && mask) run(tma_wgmma_key_loop_kernel<T, D, true, true, kGrad>);
+  else if (bias) run(tma_wgmma_key_loop_kernel<T, D, true, false, kGrad>);
+  else if (mask) run(tma_wgmma_key_loop_kernel<T, D, false, true, kGrad>);
+  else run(tma_wgmma_key_loop_kernel<T, D, false, false, kGrad>);
+}
+
+template <typename T, int D>
+void launch_dbias(const TriangleAttentionParams& p, cudaStream_t stream) {
+  using Tr = Traits<D>;
+  const Maps maps = make_maps<D>(p, true);
+  const int64_t chunks = dbias_partials(p);
+  const int64_t x = (p.N + 2 * Tr::kBlockM - 1) / (2 * Tr::kBlockM) * ((p.N + Tr::kBlockN - 1) / Tr::kBlockN);
+  check_grid(x, chunks, p.B * p.H);
+  const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(chunks), static_cast<unsigned>(p.B * p.H));
+  const char* name = "sm_90a bias-gradient kernel";
+  if (p.mask != nullptr)
+    launch(name, tma_wgmma_dbias_kernel<T, D, true>, grid, Tr::kThreads, Tr::kRowSmem, stream, maps, p, chunks);
+  else
+    launch(name, tma_wgmma_dbias_kernel<T, D, false>, grid, Tr::kThreads, Tr::kRowSmem, stream, maps, p, chunks);
+  dbias_reduce(p, chunks, stream);
+}
+
+}  // namespace
+
+bool wgmma_kernels_built() {
+#if defined(MEGAFOLD_HAVE_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool tma_operand(const void* ptr, const int64_t (&stride)[5], int64_t elem_bytes) {
+  if (ptr == nullptr) return true;
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0 || stride[4] != 1) return false;
+  for (int i = 0; i < 4; ++i)
+    if (stride[i] <= 0 || (stride[i] * elem_bytes) % 16 != 0) return false;
+  return true;
+}
+
+void forward_wgmma(const TriangleAttentionParams& p, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  MF_CHECK(p.d == 32, "triangle_attention sm_90a kernels: head dim ", p.d, " is not instantiated");
+  if (p.dtype == DType::kBFloat16) return launch_key_loop<__nv_bfloat16, 32, false>(p, s);
+  MF_CHECK(p.dtype == DType::kFloat16, "triangle_attention sm_90a kernels take fp16/bf16");
+  launch_key_loop<__half, 32, false>(p, s);
+}
+
+void backward_wgmma(const TriangleAttentionParams& p, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  MF_CHECK(p.d == 32, "triangle_attention sm_90a kernels: head dim ", p.d, " is not instantiated");
+  MF_CHECK(p.dtype != DType::kFloat32, "triangle_attention sm_90a kernels take fp16/bf16");
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  bf16 ? launch_key_loop<__nv_bfloat16, 32, true>(p, s) : launch_key_loop<__half, 32, true>(p, s);
+  if (p.bias == nullptr) return;
+  bf16 ? launch_dbias<__nv_bfloat16, 32>(p, s) : launch_dbias<__half, 32>(p, s);
+}
+
+}  // namespace megafold::ops::cuda
