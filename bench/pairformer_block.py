@@ -11,6 +11,10 @@ forward + backward on random inputs, bf16 autocast over fp32 residual streams, s
                       as long as the slowest rank, peak memory is the fullest rank's
   eager               the same block written in plain PyTorch below
   compile             torch.compile of that PyTorch block
+  compile-cueq        torch.compile of that block with NVIDIA cuEquivariance's triangle attention
+                      and triangle multiplication kernels (cuequivariance-ops-torch)
+  compile-flex        torch.compile of that block with FlexAttention (bias as score_mod) for
+                      triangle attention and cuEquivariance's triangle multiplication
 
 usage: python3 bench/pairformer_block.py --bin build/megafold --out bench/results/pairformer_block.json
            [--n 384 768] [--impl megafold-kernel megafold-reference eager compile]
@@ -30,6 +34,8 @@ import torch.nn.functional as F
 from train_step import commit, device_name
 
 C_S, C_Z, C_TRI, H_TRI, D_TRI, H_S, D_S, N_TR, P_DROP = 384, 128, 128, 4, 32, 16, 24, 4, 0.25
+# Which kernels the PyTorch block's triangle ops use: "torch", "cueq" or "flex" (attention).
+KERNELS = {"attention": "torch", "trimul": "torch"}
 
 
 class Transition(nn.Module):  # Alg. 11
@@ -54,6 +60,15 @@ class TriMul(nn.Module):  # Alg. 12 (outgoing) / 13 (incoming)
         self.w_o = nn.Linear(C_TRI, C_Z, bias=False)
 
     def forward(self, z, pair_mask):
+        if KERNELS["trimul"] == "cueq":
+            from cuequivariance_ops_torch import triangle_multiplicative_update
+            a, b, ga, gb = self.w_ab.weight.chunk(4, 0)
+            return triangle_multiplicative_update(
+                z, "outgoing" if self.outgoing else "incoming", pair_mask,
+                norm_in_weight=self.ln_in.weight, norm_in_bias=self.ln_in.bias,
+                p_in_weight=torch.cat([a, b]), g_in_weight=torch.cat([ga, gb]),
+                norm_out_weight=self.ln_out.weight, norm_out_bias=self.ln_out.bias,
+                p_out_weight=self.w_o.weight, g_out_weight=self.w_g.weight)
         x = self.ln_in(z)
         a, b, ga, gb = self.w_ab(x).chunk(4, -1)
         m = pair_mask.unsqueeze(-1)
@@ -78,9 +93,26 @@ class TriAttention(nn.Module):  # Alg. 14 (starting node) / 15 (ending node)
         B, N = x.shape[:2]
         q, k, v, g = self.w_qkvg(x).view(B, N, N, 4, H_TRI, D_TRI).unbind(3)
         bias = self.w_b(x).permute(0, 3, 1, 2).unsqueeze(1)  # [B, 1, H, N, N]
-        s = torch.einsum("brihd,brjhd->brhij", q, k) / math.sqrt(D_TRI) + bias
-        s = s + (1e9 * (pair_mask - 1))[:, :, None, None, :]
-        o = torch.einsum("brhij,brjhd->brihd", torch.softmax(s.float(), -1).to(v.dtype), v)
+        if KERNELS["attention"] == "cueq":
+            from cuequivariance_ops_torch import triangle_attention
+            heads = lambda t: t.permute(0, 1, 3, 2, 4)  # [B, N, H, N, d], its API's layout
+            o = triangle_attention(heads(q), heads(k), heads(v), bias, pair_mask[:, :, None, None, :].bool())
+            o = o.permute(0, 1, 3, 2, 4)
+        elif KERNELS["attention"] == "flex":
+            from torch.nn.attention.flex_attention import flex_attention
+            assert B == 1, "the FlexAttention variant is written for B = 1"
+            rows = lambda t: t.permute(0, 1, 3, 2, 4).reshape(N, H_TRI, N, D_TRI)  # rows r as the batch
+            bias_h, key_mask = bias[0, 0], 1e9 * (pair_mask[0] - 1)  # [H, N, N], [N rows, N keys]
+
+            def score_mod(score, row, h, i, j):
+                return score + bias_h[h, i, j] + key_mask[row, j]
+
+            o = flex_attention(rows(q), rows(k), rows(v), score_mod=score_mod)
+            o = o.view(B, N, H_TRI, N, D_TRI).permute(0, 1, 3, 2, 4)
+        else:
+            s = torch.einsum("brihd,brjhd->brhij", q, k) / math.sqrt(D_TRI) + bias
+            s = s + (1e9 * (pair_mask - 1))[:, :, None, None, :]
+            o = torch.einsum("brhij,brjhd->brihd", torch.softmax(s.float(), -1).to(v.dtype), v)
         o = self.w_o((torch.sigmoid(g) * o).reshape(B, N, N, H_TRI * D_TRI))
         return o if self.starting else o.transpose(1, 2)
 
@@ -135,8 +167,10 @@ class PairformerBlock(nn.Module):
 
 def torch_block(n, impl, steps, warmup):
     torch.manual_seed(0)
+    KERNELS["attention"] = {"compile-cueq": "cueq", "compile-flex": "flex"}.get(impl, "torch")
+    KERNELS["trimul"] = "cueq" if impl in ("compile-cueq", "compile-flex") else "torch"
     block = PairformerBlock().cuda().train()
-    fn = torch.compile(block) if impl == "compile" else block
+    fn = torch.compile(block) if impl.startswith("compile") else block
     s = torch.randn(1, n, C_S, device="cuda", requires_grad=True)
     z = torch.randn(1, n, n, C_Z, device="cuda", requires_grad=True)
     token_mask, pair_mask = torch.ones(1, n, device="cuda"), torch.ones(1, n, n, device="cuda")
@@ -180,7 +214,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, nargs="+", default=[384, 768])
-    ap.add_argument("--impl", nargs="+", default=["megafold-kernel", "megafold-reference", "eager", "compile"])
+    ap.add_argument("--impl", nargs="+", default=["megafold-kernel", "megafold-reference", "eager", "compile",
+                                                  "compile-cueq", "compile-flex"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     args = ap.parse_args()
@@ -193,7 +228,7 @@ def main():
                     timing = megafold_block(args.bin, n, impl, args.steps, args.warmup)
                 else:
                     timing = torch_block(n, impl, args.steps, args.warmup)
-            except (RuntimeError, subprocess.CalledProcessError) as err:  # e.g. out of memory
+            except (RuntimeError, ImportError, subprocess.CalledProcessError) as err:  # e.g. out of memory
                 timing = {"error": str(err).splitlines()[0][:200]}
             torch.cuda.empty_cache()
             row = {"op": "pairformer_block", "impl": impl, "n": n, "c_s": C_S, "c_z": C_Z, **timing}

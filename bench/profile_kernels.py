@@ -4,7 +4,7 @@ shapes of bench/triangle_attention.py), from the torch profiler, with each atten
 distance from its two ceilings: tensor-core FLOP/s (989 TFLOP/s dense bf16 on H100/H200) and
 the exponential unit (16 ex2 per clock per SM: 132 SMs x 1.98 GHz = 4.18e12/s).
 Per (row, query, key) each kernel does one exponential and 2*d FLOPs per product:
-forward 2 products (QK^T, PV), dq 3 (QK^T, dO V^T, dS K), dkv 4 (+ P^T dO, dS^T Q), dbias 2.
+forward 2 products (QK^T, PV; tma_wgmma_forward_kernel on sm_90a, forward_kernel elsewhere), dq 3 (QK^T, dO V^T, dS K), dkv 4 (+ P^T dO, dS^T Q), dbias 2.
 
 usage: python3 bench/profile_kernels.py --lib build/src/libmegafold_ops.so [--n 768 1024]
 """
@@ -16,7 +16,8 @@ from torch.profiler import ProfilerActivity, profile
 
 H, D, REPS = 4, 32, 10
 TENSOR_PEAK, EXP_PEAK = 989e12, 132 * 16 * 1.98e9
-PRODUCTS = {"forward_kernel": 2, "dq_kernel": 3, "dkv_kernel": 4, "dbias_kernel": 2}
+# Matched by substring in this order (the sm_90a forward first: its name contains the other's).
+PRODUCTS = {"tma_wgmma_forward_kernel": 2, "forward_kernel": 2, "dq_kernel": 3, "dkv_kernel": 4, "dbias_kernel": 2}
 
 
 def main():

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Triangle attention (starting node) side by side, B=1, H=4, d=32, bf16, fwd and fwd+bwd:
 PyTorch eager, torch.compile of eager, SDPA with the bias as attn_mask, FlexAttention with the
-bias as a score_mod (torch.compile), and megafold's triangle_attention op (its CUDA kernels in
-a CUDA build of the library).
+bias as a score_mod (torch.compile), NVIDIA cuEquivariance's triangle_attention
+(cuequivariance-ops-torch, when importable) and megafold's triangle_attention op (its CUDA
+kernels in a CUDA build of the library).
 
 FLOPs: 4*H*d*N^3 forward, 14*H*d*N^3 forward+backward (DESIGN.md). Each implementation gets
 inputs in its preferred layout outside the timed region; all share the same values.
@@ -43,6 +44,11 @@ def make_flex(bias):
 
     compiled = torch.compile(flex_attention, dynamic=False)
     return lambda q, k, v, _bias: compiled(q, k, v, score_mod=score_mod)
+
+
+def cueq(q, k, v, bias):  # q, k, v: [1, R, H, N, d]; bias [1, 1, H, N, N] (its API's layout)
+    from cuequivariance_ops_torch import triangle_attention
+    return triangle_attention(q, k, v, bias)
 
 
 def megafold_op(q5, k5, v5, bias):
@@ -94,7 +100,7 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, nargs="+", default=[256, 384, 512, 768, 1024])
-    ap.add_argument("--impl", nargs="+", default=["eager", "compile", "sdpa", "flex", "megafold"])
+    ap.add_argument("--impl", nargs="+", default=["eager", "compile", "sdpa", "flex", "cueq", "megafold"])
     args = ap.parse_args()
     torch.ops.load_library(args.lib)
     result = {"gpu": torch.cuda.get_device_name(), "commit": commit(),
@@ -117,6 +123,10 @@ def main():
             leaf = lambda t: t.detach().clone().requires_grad_(True)
             if impl == "megafold":
                 fn, inputs, grads = megafold_op, [leaf(q5), leaf(k5), leaf(v5), leaf(bias)], grad5
+            elif impl == "cueq":
+                fn = cueq
+                inputs = [leaf(to4(q5)[None]), leaf(to4(k5)[None]), leaf(to4(v5)[None]), leaf(bias[:, None])]
+                grads = to4(grad5)[None]
             else:
                 fn = {"eager": eager, "sdpa": sdpa}.get(impl)
                 if impl == "compile":
@@ -134,8 +144,10 @@ def main():
                        "peak_gb": round(peak_gb, 3),
                        "fwd_tflops": round(flops_fwd / fwd_ms / 1e9, 1),
                        "fwdbwd_tflops": round(flops_all / fwdbwd_ms / 1e9, 1)}
-            except torch.OutOfMemoryError as e:
+            except torch.OutOfMemoryError:
                 row = {"op": "triangle_attention", "impl": impl, "n": n, "error": "out of memory"}
+            except ImportError as e:
+                row = {"op": "triangle_attention", "impl": impl, "n": n, "error": f"not installed ({e.name})"}
             result["rows"].append(row)
             print(json.dumps(row), flush=True)
             out.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One device call: GPU tests and benchmarks in stages. Uses the binaries built on the machine
+# that sent the call when they run here (carry build/megafold, build/src/libmegafold_ops.so,
+# build/tests/megafold_tests), else builds with the staged offline dependencies (.deps).
+# Python packages that are not installed here can come as a tarball of a site-packages tree
+# (.whl/site.tar.xz, unpacked onto PYTHONPATH). Stages run in order; logs and results go to
+# $OUT.
+# usage: bench/device_session.sh [STAGE [ARGS...] --] ...
+#   tests [GTEST_FILTER]       the CUDA tests (default: every *Cuda* suite and the memory tests)
+#   attention ARGS             bench/triangle_attention.py
+#   profile ARGS               bench/profile_kernels.py (per-kernel time and ceilings)
+#   block ARGS                 bench/pairformer_block.py
+#   frontier ARGS, memory ARGS bench/frontier.py, bench/memory.py
+set -uo pipefail
+OUT="${OUT:-/tmp/megafold-out}"
+mkdir -p "$OUT"
+torch_lib="$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')"
+export LD_LIBRARY_PATH="$torch_lib:$PWD/build/src:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [ -f .whl/site.tar.xz ]; then
+  mkdir -p /tmp/site && tar xJf .whl/site.tar.xz -C /tmp/site && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+bin=build/megafold tests=build/tests/megafold_tests lib=build/src/libmegafold_ops.so
+if ! "$bin" info > "$OUT/info.txt" 2>&1; then
+  echo "carried binaries do not run here ($(tail -1 "$OUT/info.txt")); building"
+  export MEGAFOLD_DEPS_PREFIX="$PWD/.deps" MEGAFOLD_BUILD_DIR="$PWD/build-gpu" MEGAFOLD_CUDA=ON
+  bash scripts/build.sh > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  bin=build-gpu/megafold tests=build-gpu/tests/megafold_tests lib=build-gpu/src/libmegafold_ops.so
+  "$bin" info > "$OUT/info.txt" 2>&1
+fi
+grep -E "build|cuda:0" "$OUT/info.txt"
+while [ $# -gt 0 ]; do
+  stage="$1"; shift
+  args=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  case "$stage" in
+    tests)
+      "$tests" --gtest_filter="${args[0]:-*Cuda*:Memory*:HostStash*:ChunkedCheckpoint*}" > "$OUT/tests.log" 2>&1
+      echo "tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests? ran" "$OUT/tests.log" | tail -12 ;;
+    attention)
+      python3 bench/triangle_attention.py --lib "$lib" --out "$OUT/triangle_attention.json" "${args[@]}" \
+        2> "$OUT/attention.log" | cut -c1-300 ;;
+    profile)
+      python3 bench/profile_kernels.py --lib "$lib" "${args[@]}" > "$OUT/profile.log" 2>&1
+      grep -E "N=|kernel|total" "$OUT/profile.log" ;;
+    block)
+      python3 bench/pairformer_block.py --bin "$bin" --out "$OUT/pairformer_block.json" "${args[@]}" \
+        2> "$OUT/block.log" | cut -c1-300 ;;
+    frontier)
+      python3 bench/frontier.py --bin "$bin" --out "$OUT/frontier.json" "${args[@]}" 2> "$OUT/frontier.log" \
+        | tee -a "$OUT/frontier_rows.jsonl" | cut -c1-300 ;;
+    memory)
+      python3 bench/memory.py --bin "$bin" --out "$OUT/memory.json" "${args[@]}" 2> "$OUT/memory.log" \
+        | tee -a "$OUT/memory_rows.jsonl" | cut -c1-240 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
