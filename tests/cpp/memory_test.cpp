@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -302,7 +303,15 @@ TEST(MemoryModes, WholeModelLossAndGradientsFollowTheMode) {
   EXPECT_EQ(bal.loss, kept.loss);
   for (size_t i = 0; i < bal.grads.size(); ++i) EXPECT_TRUE(at::equal(bal.grads[i], kept.grads[i])) << i;
   EXPECT_NEAR(fr.loss, bal.loss, 1e-13 * std::abs(bal.loss));
-  for (size_t i = 0; i < bal.grads.size(); ++i) EXPECT_LT(rel_error(fr.grads[i], bal.grads[i]), 1e-9) << i;
+  // Some gradients are zero in exact arithmetic (a LayerNorm bias seen only through a shift of
+  // softmax logits, as in the single attention's pair bias): float64 noise of ~1e-18 there,
+  // compared against the largest gradient of the model instead of against themselves.
+  double largest = 0.0;
+  for (const at::Tensor& g : bal.grads) largest = std::max(largest, g.abs().max().item<double>());
+  for (size_t i = 0; i < bal.grads.size(); ++i) {
+    const double diff = (fr.grads[i] - bal.grads[i]).abs().max().item<double>();
+    if (diff > 1e-12 * largest) EXPECT_LT(rel_error(fr.grads[i], bal.grads[i]), 1e-9) << i;
+  }
   EXPECT_NE(f.loss, bal.loss);
   EXPECT_LT(std::abs(f.loss - bal.loss), std::ldexp(std::abs(f.loss), -8));
   EXPECT_LT(bal.held, f.held);
