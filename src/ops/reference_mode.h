@@ -8,4 +8,10 @@ namespace megafold::ops {
 bool reference_only();
 void set_reference_only(bool on);
 
+// Process-wide switch that keeps ops on their portable kernels (mma.sync, sm_80 and later) on
+// a GPU that has kernels of its own generation (the sm_90a TMA + wgmma ones): so that the
+// kernels A100/L40S/RTX users run are tested, and can be compared, on an H100/H200.
+bool portable_kernels_only();
+void set_portable_kernels_only(bool on);
+
 }  // namespace megafold::ops

@@ -92,6 +92,20 @@ TEST_F(TriangleAttentionCuda, AllDtypesAndHeadDims) {
   check_case({at::kBFloat16, 131, 8, 16, 48});  // diffusion transformer: 16 heads, d=48, 8 samples as rows
 }
 
+// The portable (mma.sync, sm_80+) kernels on a GPU that has its own: what A100/L40S/RTX users
+// run, tested on whatever GPU runs the suite. Each decision is made per call, forward and
+// backward alike, so the switch holds for whole fwd+bwd runs.
+TEST_F(TriangleAttentionCuda, PortableKernelsOnAnyGpu) {
+  struct Portable {
+    Portable() { set_portable_kernels_only(true); }
+    ~Portable() { set_portable_kernels_only(false); }
+  } portable;
+  for (int64_t N : {17, 131}) check_case({at::kBFloat16, N, 9, 4, 32});
+  check_case({at::kHalf, 37, 9, 2, 32});
+  check_case({at::kBFloat16, 384, 24, 4, 32});
+  check_case({at::kBFloat16, 37, 11, 8, 32, /*bias=*/false, /*mask=*/true, /*gate=*/true});
+}
+
 // MSA column attention has no bias; single attention with pair bias has one row and no mask;
 // an ungated use returns o itself.
 TEST_F(TriangleAttentionCuda, EveryVariant) {

@@ -62,8 +62,6 @@ struct Traits {
   static_assert(kBlockM == 64 && kBlockN == 64 && D == 32, "one instantiation");
 };
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 struct Maps {
   CUtensorMap q, k, v, d_o, bias, mask;
 };
@@ -72,6 +70,8 @@ struct Maps {
 using namespace megafold::hopper;
 using mma::exp2_approx;
 using mma::pack2;
+
+constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory from a 1024-byte boundary (the swizzle patterns repeat every 1024 bytes).
 __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
