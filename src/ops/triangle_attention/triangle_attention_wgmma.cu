@@ -78,6 +78,17 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
   return raw + ((1024 - smem_u32(raw) % 1024) % 1024);
 }
 
+// Thread 0 sets up the ring and the barrier of the resident tiles; then every thread may use them.
+template <int kStages>
+__device__ __forceinline__ void init_barriers(Ring<kStages>& ring, uint64_t& resident, int consumer_threads) {
+  if (threadIdx.x == 0) {
+    ring.init(consumer_threads);
+    barrier_init(&resident, 1);
+    barrier_init_fence();
+  }
+  __syncthreads();
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -270,12 +281,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int b = blockIdx.z / static_cast<int>(p.H), h = blockIdx.z % static_cast<int>(p.H);
   const int steps = static_cast<int>((p.N + Tr::kBlockN - 1) / Tr::kBlockN);
 
-  if (threadIdx.x == 0) {
-    ring.init(128 * Tr::kRows);
-    barrier_init(&resident, 1);
-    barrier_init_fence();
-  }
-  __syncthreads();
+  init_barriers(ring, resident, 128 * Tr::kRows);
 
   if (warp == 4 * Tr::kRows) {  // the producer warp
     if (lane != 0) return;
@@ -439,12 +445,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int r_begin = static_cast<int>(chunk * rows_per < p.R ? chunk * rows_per : p.R);
   const int r_end = static_cast<int>(r_begin + rows_per < p.R ? r_begin + rows_per : p.R);
 
-  if (threadIdx.x == 0) {
-    ring.init(128 * Tr::kRows);
-    barrier_init(&resident, 1);
-    barrier_init_fence();
-  }
-  __syncthreads();
+  init_barriers(ring, resident, 128 * Tr::kRows);
 
   if (warp == 4 * Tr::kRows) {  // the producer warp
     if (lane != 0) return;
