@@ -33,7 +33,18 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& 
       value = argv[++i];
     }
     values_[name] = value;
+    if (spec->repeatable) repeated_[name].push_back(value);
   }
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  auto it = repeated_.find(name);
+  return it == repeated_.end() ? std::vector<std::string>{} : it->second;
+}
+
+OptionSpec set_option() {
+  return {"set", "KEY=VALUE",
+          "set one config key, dotted (optim.lr=1e-4, model.memory=frontier); repeatable, applied last", true};
 }
 
 std::optional<std::string> Args::get(const std::string& name) const {

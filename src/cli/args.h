@@ -12,6 +12,7 @@ struct OptionSpec {
   std::string name;   // without the leading dashes
   std::string value;  // placeholder shown in help ("" for a flag)
   std::string help;
+  bool repeatable = false;  // may be given several times (get_all); otherwise the last one wins
 };
 
 class Args {
@@ -21,10 +22,16 @@ class Args {
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   std::optional<std::string> get(const std::string& name) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
+  // Every value of a repeatable option, in command-line order.
+  std::vector<std::string> get_all(const std::string& name) const;
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> repeated_;
 };
+
+// The --set option of the commands that take a config (train, predict, eval, config show).
+OptionSpec set_option();
 
 std::string usage(const std::string& command, const std::string& summary,
                   const std::vector<OptionSpec>& specs);
@@ -40,5 +47,6 @@ int block_main(const std::vector<std::string>& args);
 int shard_check_main(const std::vector<std::string>& args);
 int fit_main(const std::vector<std::string>& args);
 int memory_main(const std::vector<std::string>& args);
+int config_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

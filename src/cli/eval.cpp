@@ -35,6 +35,9 @@ int eval_main(const std::vector<std::string>& argv) {
       {"seed", "N", "sampler seed (default 0; each entry's seed also depends on its name)"},
       {"sampler-steps", "N", "diffusion sampler steps (default: the checkpoint config's)"},
       {"device", "DEV", "auto, cpu, cuda or cuda:N (default auto)"},
+      {"set", "KEY=VALUE", "override a key of the checkpoint's config (e.g. model.memory=frontier, "
+                           "model.diffusion.sampler_steps=50); repeatable. Keys that change the model's shape "
+                           "make the checkpoint fail to load", true},
       {"out", "FILE", "JSON results (default eval.json)"},
       {"help", "", "show this help"},
   };
@@ -59,6 +62,7 @@ int eval_main(const std::vector<std::string>& argv) {
   infer::PredictOptions po;
   po.device = args.get("device").value_or("auto");
   po.sampler_steps = args.get_int("sampler-steps", 0);
+  po.set = args.get_all("set");
   infer::Predictor predictor(*args.get("checkpoint"), po);
 
   nlohmann::json rows = nlohmann::json::array(), skipped = nlohmann::json::array();

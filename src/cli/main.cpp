@@ -19,7 +19,8 @@ constexpr const char* kUsage =
     "  block   time one Pairformer block forward and backward (kernels or references)\n"
     "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n"
     "  fit     train a workload a few steps at one crop and memory mode: step time, peak memory\n"
-    "  memory  per-module memory of a training step of the whole model\n\n"
+    "  memory  per-module memory of a training step of the whole model\n"
+    "  config  the resolved config of a name or file, with --set applied (show), or the built-in names (list)\n\n"
     "Run 'megafold <command> --help' for the options of a command.\n";
 
 }  // namespace
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (command == "shard-check") return megafold::cli::shard_check_main(args);
     if (command == "fit") return megafold::cli::fit_main(args);
     if (command == "memory") return megafold::cli::memory_main(args);
+    if (command == "config") return megafold::cli::config_main(args);
     std::cerr << "megafold: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const std::exception& ex) {

@@ -21,6 +21,9 @@ int predict_main(const std::vector<std::string>& argv) {
       {"seed", "N", "sampler seed (default 0)"},
       {"sampler-steps", "N", "diffusion sampler steps (default: the checkpoint config's, AF3: 200)"},
       {"device", "DEV", "auto, cpu, cuda or cuda:N (default auto)"},
+      {"set", "KEY=VALUE", "override a key of the checkpoint's config (e.g. model.memory=frontier, "
+                           "model.diffusion.sampler_steps=50); repeatable. Keys that change the model's shape "
+                           "make the checkpoint fail to load", true},
       {"raw-weights", "", "use the raw training weights instead of their EMA"},
       {"help", "", "show this help"},
   };
@@ -42,6 +45,7 @@ int predict_main(const std::vector<std::string>& argv) {
   infer::PredictOptions po;
   po.device = args.get("device").value_or("auto");
   po.sampler_steps = args.get_int("sampler-steps", 0);
+  po.set = args.get_all("set");
   po.ema = !args.has("raw-weights");
 
   const data::Entry entry = infer::load_input(input);

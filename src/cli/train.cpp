@@ -15,6 +15,7 @@ namespace megafold::cli {
 int train_main(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
       {"config", "FILE|NAME", "config file, or a built-in name (default: gpu-small with a GPU, else cpu-tiny)"},
+      set_option(),
       {"out", "DIR", "run folder: config.json, metrics.jsonl, checkpoints/ (default: runs/default)"},
       {"data", "DIR", "directory of mmCIF/PDB files, searched recursively (overrides the config)"},
       {"steps", "N", "total optimiser steps (overrides the config)"},
@@ -49,8 +50,8 @@ int train_main(const std::vector<std::string>& argv) {
     MF_CHECK(n >= 1 && n <= 1024, "--nproc must lie in [1, 1024], got ", n);
     return run_local_ranks("train", static_cast<int>(n), without_nproc(argv));
   }
-  train::TrainConfig cfg =
-      train::load_config(args.get("config").value_or(train::default_config_name(train::cuda_available())));
+  train::TrainConfig cfg = train::load_config(
+      args.get("config").value_or(train::default_config_name(train::cuda_available())), args.get_all("set"));
   if (auto v = args.get("data")) cfg.data.dir = *v;
   if (auto v = args.get("device")) cfg.device = *v;
   if (auto v = args.get("memory")) {

@@ -16,7 +16,7 @@ namespace megafold::infer {
 namespace {
 
 train::TrainConfig checkpoint_config(const std::string& path, const PredictOptions& opts) {
-  train::TrainConfig cfg = train::parse_config(train::read_checkpoint_meta(path).config_json, path);
+  train::TrainConfig cfg = train::parse_config(train::read_checkpoint_meta(path).config_json, path, opts.set);
   MF_CHECK(cfg.model.diffusion.samples > 0, path,
            ": this checkpoint has no diffusion module (trained with model.diffusion.samples = 0), so it "
            "cannot predict structures; train with a config that enables it (e.g. cpu-diffusion)");

@@ -18,6 +18,7 @@ struct PredictOptions {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t sampler_steps = 0;    // 0 = the checkpoint config's model.diffusion.sampler_steps
   bool ema = true;              // EMA weights (as validation reports); false = raw weights
+  std::vector<std::string> set; // config assignments over the checkpoint's (train::apply_assignments)
 };
 
 struct PredictedEntry {

@@ -37,7 +37,32 @@ void reject_unknown(const json& j, std::initializer_list<const char*> known, con
   }
 }
 
-void apply(const json& j, TrainConfig& c, const std::string& origin, int depth);
+namespace fs = std::filesystem;
+
+void apply(const json& j, TrainConfig& c, const std::string& origin, int depth, const fs::path& dir);
+
+json parse_json(const std::string& text, const std::string& origin) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& ex) {
+    throw Error(origin + ": invalid JSON: " + ex.what());
+  }
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  MF_CHECK(in.good(), path.string(), ": cannot open config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  MF_CHECK(in.good() || in.eof(), path.string(), ": cannot read config file");
+  return ss.str();
+}
+
+std::string builtin_names() {
+  std::string names;
+  for (const auto& [n, t] : builtin_configs()) names += (names.empty() ? "" : ", ") + n;
+  return names;
+}
 
 void apply_diffusion(const json& j, model::DiffusionConfig& d, const std::string& w) {
   reject_unknown(j, {"c_token", "n_blocks", "heads", "fourier_dim", "transition_factor", "sigma_data", "c_atom",
@@ -163,19 +188,26 @@ void apply_optim(const json& j, OptimConfig& o, const std::string& w) {
   read(j, "ema_decay", o.ema_decay, w);
 }
 
-void apply(const json& j, TrainConfig& c, const std::string& origin, int depth) {
+// dir: where a relative 'base' path is looked up (the directory of the file being applied).
+void apply(const json& j, TrainConfig& c, const std::string& origin, int depth, const fs::path& dir) {
   MF_CHECK(j.is_object(), origin, ": a config must be a JSON object");
   reject_unknown(j, {"base", "name", "model", "data", "optim", "steps", "seed", "device", "bf16",
                      "threads", "log_every", "val_every", "checkpoint_every", "keep_checkpoints"},
                  origin);
   if (auto it = j.find("base"); it != j.end()) {
     MF_CHECK(depth < 8, origin, ": 'base' chain is too deep (a cycle?)");
-    MF_CHECK(it->is_string(), origin, ": 'base' must be a config name");
+    MF_CHECK(it->is_string(), origin, ": 'base' must be a built-in config name or a file path, got ", it->dump());
     const std::string base = it->get<std::string>();
     const auto& builtin = builtin_configs();
-    auto b = builtin.find(base);
-    if (b == builtin.end()) throw Error(origin + ": unknown base config '" + base + "'");
-    apply(json::parse(b->second), c, "config '" + base + "'", depth + 1);
+    if (auto b = builtin.find(base); b != builtin.end()) {
+      apply(json::parse(b->second), c, "config '" + base + "'", depth + 1, fs::current_path());
+    } else {
+      const fs::path path = fs::path(base).is_absolute() ? fs::path(base) : dir / base;
+      if (!fs::is_regular_file(path))
+        throw Error(origin + ": base '" + base + "' is neither a built-in config (" + builtin_names() +
+                    ") nor a file (looked for " + path.string() + ")");
+      apply(parse_json(read_text(path), path.string()), c, path.string(), depth + 1, path.parent_path());
+    }
   }
   read(j, "name", c.name, origin);
   if (j.contains("model")) apply_model(j["model"], c.model, origin + " [model]");
@@ -288,7 +320,57 @@ void validate(const TrainConfig& c, const std::string& origin) {
   }
 }
 
+// One "a.b.c=value" assignment as the object {"a": {"b": {"c": value}}}: value parsed as JSON
+// (numbers, true/false, null, arrays, "quoted strings"), or kept as the plain string it is.
+json assignment_json(const std::string& text, bool as_string) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error("--set " + text + ": expected KEY=VALUE with a dotted key, e.g. optim.lr=1e-4");
+  const std::string key = text.substr(0, eq), value = text.substr(eq + 1);
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (parts.back().empty()) throw Error("--set " + text + ": empty part in the key '" + key + "'");
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (parts.front() == "base") throw Error("--set " + text + ": 'base' is not a setting; pass the config with --config");
+  json v = value;
+  if (!as_string) {
+    try {
+      v = json::parse(value);
+    } catch (const json::parse_error&) {
+      v = value;
+    }
+  }
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) v = json{{*it, v}};
+  return v;
+}
+
 }  // namespace
+
+void apply_assignments(TrainConfig& c, const std::vector<std::string>& assignments) {
+  for (const std::string& a : assignments) {
+    const std::string origin = "--set " + a;
+    const json parsed = assignment_json(a, false), plain = assignment_json(a, true);
+    TrainConfig trial = c;
+    try {
+      apply(parsed, trial, origin, 0, fs::current_path());
+    } catch (const Error&) {
+      // A value that reads as JSON of another type may be meant as text (name=2024): retry it
+      // as a string, and report the first error if that fails too.
+      if (parsed == plain) throw;
+      trial = c;
+      try {
+        apply(plain, trial, origin, 0, fs::current_path());
+      } catch (const Error&) {
+        apply(parsed, trial, origin, 0, fs::current_path());  // rethrows the first error
+      }
+    }
+    c = trial;
+  }
+}
 
 std::vector<std::string> builtin_config_names() {
   std::vector<std::string> names;
@@ -300,35 +382,29 @@ std::string default_config_name(bool cuda_available) {
   return cuda_available ? "gpu-small" : "cpu-tiny";
 }
 
-TrainConfig parse_config(const std::string& json_text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& ex) {
-    throw Error(origin + ": invalid JSON: " + ex.what());
-  }
+TrainConfig parse_config(const std::string& json_text, const std::string& origin,
+                         const std::vector<std::string>& assignments) {
   TrainConfig c;
-  apply(j, c, origin, 0);
-  validate(c, origin);
+  apply(parse_json(json_text, origin), c, origin, 0, fs::current_path());
+  apply_assignments(c, assignments);
+  validate(c, assignments.empty() ? origin : origin + " with --set");
   return c;
 }
 
-TrainConfig load_config(const std::string& file_or_name) {
-  if (std::filesystem::is_regular_file(file_or_name)) {
-    std::ifstream in(file_or_name);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    MF_CHECK(in.good() || in.eof(), file_or_name, ": cannot read config file");
-    return parse_config(ss.str(), file_or_name);
+TrainConfig load_config(const std::string& file_or_name, const std::vector<std::string>& assignments) {
+  if (fs::is_regular_file(file_or_name)) {
+    const fs::path path(file_or_name);
+    TrainConfig c;
+    apply(parse_json(read_text(path), file_or_name), c, file_or_name, 0, path.parent_path());
+    apply_assignments(c, assignments);
+    validate(c, assignments.empty() ? file_or_name : file_or_name + " with --set");
+    return c;
   }
   const auto& builtin = builtin_configs();
   auto it = builtin.find(file_or_name);
-  if (it == builtin.end()) {
-    std::string names;
-    for (const auto& [n, t] : builtin) names += (names.empty() ? "" : ", ") + n;
-    throw Error("config '" + file_or_name + "' is neither a file nor a built-in config (" + names + ")");
-  }
-  return parse_config(it->second, "config '" + file_or_name + "'");
+  if (it == builtin.end())
+    throw Error("config '" + file_or_name + "' is neither a file nor a built-in config (" + builtin_names() + ")");
+  return parse_config(it->second, "config '" + file_or_name + "'", assignments);
 }
 
 std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now) {

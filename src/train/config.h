@@ -1,6 +1,7 @@
 #pragma once
 // Run configuration: model sizes, data, optimiser, schedule and run control.
-// Resolution order: built-in defaults <- named base config <- config file <- command line.
+// Resolution order: built-in defaults <- base config (a name or a file) <- config file <-
+// command-line --set assignments <- the commands' own options (--data, --steps, --device).
 // Named configs are the JSON files under configs/, embedded into the binary at build time,
 // so `megafold train` works from any directory. Unknown keys are errors that name the key.
 #include <cstdint>
@@ -61,9 +62,17 @@ struct TrainConfig {
 // Names of the embedded configs (configs/*.json without extension).
 std::vector<std::string> builtin_config_names();
 
-// Loads a config from a file path or an embedded name. Throws megafold::Error naming the
-// file and the offending key or value.
-TrainConfig load_config(const std::string& file_or_name);
+// Loads a config from a file path or an embedded name, then applies `assignments` (see
+// apply_assignments). A config's "base" names a built-in config or a file, relative to the
+// including file's directory. Throws megafold::Error naming the file (or the assignment) and
+// the offending key or value.
+TrainConfig load_config(const std::string& file_or_name, const std::vector<std::string>& assignments = {});
+
+// Command-line settings applied in order over a config: each "a.b=value" sets key b of section
+// a, the value read as JSON (numbers, true/false, null, arrays, "quoted") or else as a plain
+// string (model.memory=frontier). Unknown keys and wrong types are errors naming the
+// assignment. The caller validates the result (load_config and parse_config do).
+void apply_assignments(TrainConfig& cfg, const std::vector<std::string>& assignments);
 
 // The embedded default for the hardware found: "gpu-small" with CUDA, else "cpu-tiny".
 std::string default_config_name(bool cuda_available);
@@ -77,7 +86,8 @@ std::string to_json(const TrainConfig& cfg);
 // loader's threads and model.memory (the trainer warns when a new mode moves the numerics).
 std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now);
 
-// Parses a JSON config text; `origin` names it in errors.
-TrainConfig parse_config(const std::string& json_text, const std::string& origin);
+// Parses a JSON config text and applies `assignments`; `origin` names it in errors.
+TrainConfig parse_config(const std::string& json_text, const std::string& origin,
+                         const std::vector<std::string>& assignments = {});
 
 }  // namespace megafold::train

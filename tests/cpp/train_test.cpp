@@ -1,5 +1,6 @@
 // Trainer pieces: schedule, config resolution and errors, atomic checkpoints.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 namespace megafold::train {
 namespace {
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 std::string error_of(const std::string& json) {
   try {
@@ -50,6 +52,65 @@ TEST(Config, BuiltinsParseAndFullSizeIsAf3) {
   EXPECT_TRUE(full.model.checkpoint_blocks);
 }
 
+// Command-line assignments: dotted keys into nested sections, values read as JSON or else as
+// text, applied in order after the file; every error names the assignment.
+TEST(Config, SetAssignmentsOverrideTheFile) {
+  const TrainConfig c = load_config("cpu-tiny", {"optim.lr=1e-4", "steps=5", "model.memory=frontier",
+                                                 "data.overfit=true", "name=2024", "model.diffusion.sampler_steps=7",
+                                                 "steps=6"});
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1e-4);
+  EXPECT_EQ(c.steps, 6);  // the later assignment wins
+  EXPECT_EQ(c.model.memory, "frontier");
+  EXPECT_TRUE(c.data.overfit);
+  EXPECT_EQ(c.name, "2024");  // JSON number, taken as the string the key needs
+  EXPECT_EQ(c.model.diffusion.sampler_steps, 7);
+  EXPECT_EQ(c.model.c_z, load_config("cpu-tiny").model.c_z);  // the rest from the file
+  const json saved = json::parse(to_json(c));
+  EXPECT_EQ(saved["optim"]["lr"], 1e-4);
+  EXPECT_EQ(saved["steps"], 6);
+
+  auto error = [](const std::vector<std::string>& set) {
+    try {
+      load_config("cpu-tiny", set);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error({"optim.lrr=1"}).find("--set optim.lrr=1"), std::string::npos);
+  EXPECT_NE(error({"optim.lrr=1"}).find("unknown key 'lrr'"), std::string::npos);
+  EXPECT_NE(error({"steps=many"}).find("--set steps=many: key 'steps' has the wrong type"), std::string::npos)
+      << error({"steps=many"});
+  EXPECT_NE(error({"steps"}).find("expected KEY=VALUE"), std::string::npos);
+  EXPECT_NE(error({"model..c_z=8"}).find("empty part"), std::string::npos);
+  EXPECT_NE(error({"base=gpu-small"}).find("'base' is not a setting"), std::string::npos);
+  EXPECT_NE(error({"steps=0"}).find("'steps' must be > 0"), std::string::npos);  // validated after
+  EXPECT_NE(error({"steps=0"}).find("with --set"), std::string::npos);
+}
+
+// 'base' names a built-in config or a file, relative to the file that names it.
+TEST(Config, BaseMayBeAFile) {
+  const fs::path dir = fs::temp_directory_path() / ("megafold_config_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "sub" / "common.json") << R"({"base": "cpu-tiny", "steps": 3, "optim": {"lr": 0.01}})";
+  std::ofstream(dir / "run.json") << R"({"base": "sub/common.json", "seed": 5})";
+  std::ofstream(dir / "broken.json") << R"({"base": "missing.json"})";
+  const TrainConfig c = load_config((dir / "run.json").string());
+  EXPECT_EQ(c.steps, 3);
+  EXPECT_EQ(c.seed, 5u);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.01);
+  EXPECT_EQ(c.model.c_z, load_config("cpu-tiny").model.c_z);
+  try {
+    load_config((dir / "broken.json").string());
+    ADD_FAILURE() << "a missing base file loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("broken.json"), std::string::npos) << what;
+    EXPECT_NE(what.find((dir / "missing.json").string()), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Config, BaseInheritanceAndRoundTrip) {
   const TrainConfig c = parse_config(R"({"base": "gpu-small", "steps": 7, "model": {"n_blocks": 2}})", "t");
   EXPECT_EQ(c.steps, 7);
@@ -63,7 +124,7 @@ TEST(Config, ErrorsNameTheFileAndKey) {
   EXPECT_NE(error_of(R"({"model": {"c_z": "wide"}})").find("'c_z' has the wrong type"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"n_blocks": 0}})").find("'model.n_blocks' must be > 0"), std::string::npos);
   EXPECT_NE(error_of("{not json").find("test.json: invalid JSON"), std::string::npos);
-  EXPECT_NE(error_of(R"({"base": "nope"})").find("unknown base config 'nope'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"base": "nope"})").find("base 'nope' is neither a built-in config"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": 3})").find("test.json [model]: must be a JSON object"), std::string::npos);
   EXPECT_NE(error_of(R"({"optim": {"ema_decay": 1.5}})").find("'optim.ema_decay' must be in [0, 1]"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"distogram_min": 30}})").find("distogram_min"), std::string::npos);

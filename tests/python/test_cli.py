@@ -68,3 +68,28 @@ def test_block_timing(megafold_bin):
     assert r.returncode == 1 and "--ops must be kernel or reference" in r.stderr
     r = run(megafold_bin, "block", "--pair-path", "cols")
     assert r.returncode == 1 and "--pair-path must be plain or rows" in r.stderr
+
+
+def test_set_overrides_reach_the_saved_config(megafold_bin, source_dir, tmp_path):
+    """`train --set` assignments apply over the config and land in <out>/config.json; `config show`
+    prints the same resolution without training."""
+    import json
+    base = tmp_path / "tiny.json"
+    base.write_text(json.dumps({
+        "base": "cpu-tiny", "device": "cpu", "threads": 1, "log_every": 1, "val_every": -1,
+        "model": {"c_s": 16, "c_z": 8, "n_blocks": 1, "tri_attn_heads": 1, "tri_attn_head_dim": 8,
+                  "tri_mul_hidden": 8, "single_attn_heads": 2, "single_attn_head_dim": 8,
+                  "msa": {"n_blocks": 0}, "diffusion": {"samples": 0}, "confidence": {"n_blocks": 0}},
+        "data": {"crop_size": 24, "val_crop_size": 24}}))
+    out = tmp_path / "run"
+    r = run(megafold_bin, "train", "--config", str(base), "--data", str(source_dir / "data/pdb"),
+            "--out", str(out), "--quiet", "--set", "optim.lr=1e-4", "--set", "steps=5")
+    assert r.returncode == 0, r.stderr
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["optim"]["lr"] == 1e-4 and saved["steps"] == 5
+    shown = run(megafold_bin, "config", "show", str(base), "--set", "optim.lr=1e-4", "--set", "steps=5")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == {**saved, "data": {**saved["data"], "dir": json.loads(shown.stdout)["data"]["dir"]}}
+    bad = run(megafold_bin, "config", "show", "cpu-tiny", "--set", "optim.lrr=1")
+    assert bad.returncode == 1 and "--set optim.lrr=1" in bad.stderr and "unknown key 'lrr'" in bad.stderr
+    assert "cpu-tiny" in run(megafold_bin, "config", "list").stdout
