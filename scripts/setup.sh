@@ -54,12 +54,17 @@ if [ -z "$py" ]; then
   echo "setup: no importable torch; creating $CACHE/venv with torch==$TORCH_VERSION (one-time, several GB)"
   python3 -m venv "$CACHE/venv"
   "$CACHE/venv/bin/pip" install -q --upgrade pip
-  "$CACHE/venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest
+  "$CACHE/venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest safetensors
   py="$CACHE/venv/bin/python"
 fi
-# pytest runs the Python-side op tests; install it next to torch when absent.
-if ! "$py" -c "import pytest, numpy" >/dev/null 2>&1; then
-  "$py" -m pip install -q pytest numpy
+# pytest runs the Python-side tests (safetensors: the exported weights load in PyTorch);
+# installed next to torch when absent.
+if ! "$py" -c "import pytest, numpy, safetensors" >/dev/null 2>&1; then
+  if [ -n "${MEGAFOLD_DEPS_PREFIX:-}" ]; then
+    echo "setup: offline host (MEGAFOLD_DEPS_PREFIX set); not installing pytest, numpy, safetensors"
+  else
+    "$py" -m pip install -q pytest numpy safetensors
+  fi
 fi
 command -v "$py" >/dev/null 2>&1 && py="$(command -v "$py")"
 echo "$py" > "$CACHE/python"

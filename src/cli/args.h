@@ -48,5 +48,6 @@ int shard_check_main(const std::vector<std::string>& args);
 int fit_main(const std::vector<std::string>& args);
 int memory_main(const std::vector<std::string>& args);
 int config_main(const std::vector<std::string>& args);
+int export_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

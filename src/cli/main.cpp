@@ -14,6 +14,7 @@ constexpr const char* kUsage =
     "  train   train the model on mmCIF/PDB structures\n"
     "  predict structures and pLDDT for one input (mmCIF/PDB/FASTA) with a checkpoint\n"
     "  eval    lDDT of predicted structures over a directory of structures\n"
+    "  export  a checkpoint's weights as safetensors keyed by parameter name, with its config\n"
     "  cache   parse structures (and MSAs) once into a feature cache for training\n"
     "  loader  measure loader throughput (samples/s) from raw files or a cache\n"
     "  block   time one Pairformer block forward and backward (kernels or references)\n"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     if (command == "fit") return megafold::cli::fit_main(args);
     if (command == "memory") return megafold::cli::memory_main(args);
     if (command == "config") return megafold::cli::config_main(args);
+    if (command == "export") return megafold::cli::export_main(args);
     std::cerr << "megafold: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const std::exception& ex) {

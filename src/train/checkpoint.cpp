@@ -35,12 +35,17 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                             torch::nn::Module& model, const std::vector<at::Tensor>& ema,
                             torch::optim::Optimizer& optimizer, int64_t keep) {
   fs::create_directories(dir);
-  torch::serialize::OutputArchive archive, model_archive, ema_archive, optim_archive;
+  torch::serialize::OutputArchive archive, model_archive, optim_archive;
   model.save(model_archive);
-  for (size_t i = 0; i < ema.size(); ++i) ema_archive.write(std::to_string(i), ema[i], true);
+  // EMA tensors keyed by the model's parameter names (ema[i] shadows parameter i).
+  const auto named = model.named_parameters();
+  MF_CHECK(named.size() == ema.size(), "save_checkpoint: ", ema.size(), " EMA tensors for ", named.size(),
+           " parameters");
+  c10::impl::GenericDict ema_by_name(c10::StringType::get(), c10::TensorType::get());
+  for (size_t i = 0; i < ema.size(); ++i) ema_by_name.insert(named[i].key(), ema[i].detach());
   optimizer.save(optim_archive);
   archive.write("model", model_archive);
-  archive.write("ema", ema_archive);
+  archive.write("ema_by_name", c10::IValue(ema_by_name));
   archive.write("optimizer", optim_archive);
   archive.write("step", c10::IValue(meta.step));
   archive.write("seed", c10::IValue(static_cast<int64_t>(meta.seed)));
@@ -78,6 +83,35 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive) {
   return meta;
 }
 
+// The EMA tensors of `model`'s parameters, in parameter order: from the by-name dictionary,
+// or from checkpoints that stored them by position ("ema": "0", "1", ...).
+std::vector<at::Tensor> read_ema(torch::serialize::InputArchive& archive, torch::nn::Module& model) {
+  const auto named = model.named_parameters();
+  std::vector<at::Tensor> out;
+  c10::IValue v;
+  if (archive.try_read("ema_by_name", v)) {
+    const c10::impl::GenericDict d = v.toGenericDict();
+    for (const auto& item : named) {
+      auto it = d.find(item.key());
+      MF_CHECK(it != d.end(), "no EMA tensor for parameter '", item.key(), "'");
+      out.push_back(it->value().toTensor());
+    }
+    MF_CHECK(d.size() == named.size(), d.size(), " EMA tensors for ", named.size(), " parameters");
+  } else {
+    torch::serialize::InputArchive positional;
+    archive.read("ema", positional);
+    for (size_t i = 0; i < named.size(); ++i) {
+      at::Tensor t;
+      positional.read(std::to_string(i), t, true);
+      out.push_back(t);
+    }
+  }
+  for (size_t i = 0; i < named.size(); ++i)
+    MF_CHECK(out[i].sizes() == named[i].value().sizes(), "EMA tensor of '", named[i].key(), "' has shape ",
+             out[i].sizes(), ", the model expects ", named[i].value().sizes());
+  return out;
+}
+
 [[noreturn]] void corrupt(const std::string& path, const std::exception& ex) {
   throw Error(path + ": cannot load checkpoint (corrupt, or written for another model config): " +
               ex.what());
@@ -99,18 +133,13 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
                                std::vector<at::Tensor>& ema, torch::optim::Optimizer& optimizer) {
   CheckpointMeta meta;
   try {
-    torch::serialize::InputArchive archive, model_archive, ema_archive, optim_archive;
+    torch::serialize::InputArchive archive, model_archive, optim_archive;
     archive.load_from(path);
     archive.read("model", model_archive);
     model.load(model_archive);
-    archive.read("ema", ema_archive);
-    for (size_t i = 0; i < ema.size(); ++i) {
-      at::Tensor t;
-      ema_archive.read(std::to_string(i), t, true);
-      MF_CHECK(t.sizes() == ema[i].sizes(), "EMA tensor ", i, " has shape ", t.sizes(),
-               ", the model expects ", ema[i].sizes());
-      ema[i].copy_(t);
-    }
+    const std::vector<at::Tensor> stored = read_ema(archive, model);
+    MF_CHECK(stored.size() == ema.size(), stored.size(), " EMA tensors for ", ema.size(), " slots");
+    for (size_t i = 0; i < ema.size(); ++i) ema[i].copy_(stored[i]);
     archive.read("optimizer", optim_archive);
     optimizer.load(optim_archive);
     meta = read_meta(archive);
@@ -128,17 +157,10 @@ CheckpointMeta load_weights(const std::string& path, torch::nn::Module& model, b
     archive.read("model", model_archive);
     model.load(model_archive);
     if (ema) {
-      torch::serialize::InputArchive ema_archive;
-      archive.read("ema", ema_archive);
+      const std::vector<at::Tensor> stored = read_ema(archive, model);
       at::NoGradGuard no_grad;
       const std::vector<at::Tensor> params = model.parameters();
-      for (size_t i = 0; i < params.size(); ++i) {
-        at::Tensor t;
-        ema_archive.read(std::to_string(i), t, true);
-        MF_CHECK(t.sizes() == params[i].sizes(), "EMA tensor ", i, " has shape ", t.sizes(), ", the model expects ",
-                 params[i].sizes());
-        params[i].copy_(t);
-      }
+      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(stored[i]);
     }
     meta = read_meta(archive);
   } catch (const std::exception& ex) {

@@ -3,8 +3,8 @@
 // fsync of the directory), so a run killed at any moment leaves either the previous
 // checkpoint or the new one, never a torn file.
 //
-// Contents: model parameters, EMA parameters, optimiser state, the step, the run seed and the
-// config JSON. Data order and dropout masks are pure functions of (seed, step), so the step
+// Contents: model parameters, EMA parameters (by parameter name; checkpoints that stored them
+// by position still load), optimiser state, the step, the run seed and the config JSON. Data order and dropout masks are pure functions of (seed, step), so the step
 // and the seed are the whole RNG/data-order state (core/seed.h).
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -211,6 +213,48 @@ TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("step_00000060.pt: cannot load checkpoint"), std::string::npos);
   }
+  fs::remove_all(dir);
+}
+
+// EMA tensors are stored by parameter name; checkpoints that stored them by position load too.
+TEST(Checkpoint, EmaByNameAndOlderPositionalCheckpoints) {
+  const fs::path dir = fs::temp_directory_path() / ("megafold_ema_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  model::ModelConfig mc;
+  mc.c_s = 8, mc.c_z = 4, mc.n_blocks = 1, mc.tri_attn_heads = 1, mc.tri_attn_head_dim = 2,
+  mc.tri_mul_hidden = 2, mc.single_attn_heads = 1, mc.single_attn_head_dim = 2;
+  model::MegaFold m(mc);
+  auto params = m->parameters();
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3));
+  std::vector<at::Tensor> ema;
+  for (auto& p : params) ema.push_back(torch::randn_like(p));
+  const std::string path = save_checkpoint(dir.string(), {5, 1, "{}"}, *m, ema, opt, 1);
+  torch::serialize::InputArchive archive;
+  archive.load_from(path);
+  c10::IValue v;
+  ASSERT_TRUE(archive.try_read("ema_by_name", v));
+  const c10::impl::GenericDict by_name = v.toGenericDict();
+  const auto named = m->named_parameters();
+  ASSERT_EQ(by_name.size(), named.size());
+  for (size_t i = 0; i < named.size(); ++i) EXPECT_TRUE(at::equal(by_name.at(named[i].key()).toTensor(), ema[i]));
+
+  // The older layout: "ema" holding "0", "1", ... in parameter order.
+  torch::serialize::OutputArchive old, model_archive, ema_archive, optim_archive;
+  m->save(model_archive);
+  for (size_t i = 0; i < ema.size(); ++i) ema_archive.write(std::to_string(i), ema[i], true);
+  opt.save(optim_archive);
+  old.write("model", model_archive);
+  old.write("ema", ema_archive);
+  old.write("optimizer", optim_archive);
+  old.write("step", c10::IValue(int64_t{5}));
+  old.write("seed", c10::IValue(int64_t{1}));
+  old.write("config_json", c10::IValue(std::string("{}")));
+  const std::string old_path = (dir / "old.pt").string();
+  old.save_to(old_path);
+  model::MegaFold m2(mc);
+  load_weights(old_path, *m2, /*ema=*/true);
+  const auto params2 = m2->parameters();
+  for (size_t i = 0; i < params2.size(); ++i) EXPECT_TRUE(at::equal(params2[i], ema[i])) << named[i].key();
   fs::remove_all(dir);
 }
 
