@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The README's results tables, rendered from bench/results/*.json.
+
+Each table sits in the README between `<!-- report:NAME -->` and `<!-- /report:NAME -->`;
+this script writes what the JSON says there (--write) or checks that it is there (--check,
+run by the test suite, so a table cannot drift from its results file).
+
+usage: python3 bench/report.py --write | --check [--readme README.md]
+"""
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def load(name):
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def bold_min(cells, values):
+    """Bold the cell with the smallest value (None: not measured)."""
+    present = [v for v in values if v is not None]
+    if len(present) < 2:
+        return cells
+    best = min(present)
+    return [f"**{c}**" if v == best else c for c, v in zip(cells, values)]
+
+
+def memory_table():
+    d = load("frontier")
+    modes = ["fast", "balanced", "frontier"]
+    groups = {}
+    for r in d["rows"]:
+        groups.setdefault((r["model"], r["n"]), {})[r["memory_mode"]] = r
+    lines = [f"`bench/results/frontier.json`, {d['gpu']}: step time (median after the first step) / peak GPU "
+             "memory; + host: pinned host memory where it exceeds the GPU peak.", "",
+             "| workload | N | " + " | ".join(modes) + " |", "|---|---|" + "---|" * len(modes)]
+    order = {"trunk48": 0, "af3-full": 1}
+    last = None
+    for (model, n), by_mode in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1])):
+        measured = [r for r in by_mode.values() if "error" not in r]
+        # Bold the lowest peak: the memory mode that saves the most at this size.
+        lowest = min(r["peak_gb"] for r in measured) if len(measured) > 1 else None
+        cells = []
+        for m in modes:
+            r = by_mode.get(m)
+            if r is None or "error" in r:
+                cells.append("" if r is None else r["error"])
+                continue
+            peak = f"{r['peak_gb']:.1f} GB"
+            cell = f"{r['step_s']:.3g} s / {'**' + peak + '**' if r['peak_gb'] == lowest else peak}"
+            if r.get("host_gb") and r["host_gb"] > r["peak_gb"]:
+                cell += f" + {r['host_gb']:.1f} GB host"
+            cells.append(cell + (" (one step)" if r.get("steps") == 1 else ""))
+        lines.append(f"| {model if model != last else ''} | {n} | " + " | ".join(cells) + " |")
+        last = model
+    return "\n".join(lines)
+
+
+BLOCK_IMPLS = [
+    ("megafold-kernel", "megafold C++ (CUDA kernels)"),
+    ("compile-cueq", "torch.compile, cuEquivariance triangle attention + multiplication"),
+    ("compile-flex", "torch.compile, FlexAttention + cuEquivariance multiplication"),
+    ("compile", "torch.compile"),
+    ("eager", "PyTorch eager"),
+]
+
+
+def block_table():
+    d = load("pairformer_block")
+    ns = sorted({r["n"] for r in d["rows"]})
+    newest = {}
+    for r in d["rows"]:  # per (impl, n): the row of the file's newest commit, else the first seen
+        key = (r["impl"], r["n"])
+        if key not in newest or r.get("commit") == d["commit"]:
+            newest[key] = r
+    commits = sorted({r.get("commit", d["commit"]) for r in newest.values()})
+    lines = [f"`bench/results/pairformer_block.json`, {d['gpu']}, fwd+bwd median / peak (commits "
+             f"{', '.join(commits)}; each row's in the JSON):", "",
+             "| block | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+    rows = [(label, [newest.get((impl, n)) for n in ns]) for impl, label in BLOCK_IMPLS
+            if any((impl, n) in newest for n in ns)]
+    for col, n in enumerate(ns):  # bold the fastest per size
+        times = [r[col]["fwdbwd_ms"] if r[col] and "fwdbwd_ms" in r[col] else None for _, r in rows]
+        best = min(t for t in times if t is not None)
+        for (_, rs), t in zip(rows, times):
+            if t == best:
+                rs[col] = dict(rs[col], best=True)
+    for label, rs in rows:
+        cells = []
+        for r in rs:
+            if r is None:
+                cells.append("")
+            elif "error" in r:
+                cells.append("out of memory" if "out of memory" in r["error"] else "does not compile"
+                             if "Lowering" in r["error"] or "compile" in r["error"].lower() else "error")
+            else:
+                t = f"{r['fwdbwd_ms']:.1f} ms"
+                cells.append(f"{'**' + t + '**' if r.get('best') else t} / {r['peak_gb']:.1f} GB")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+ATTENTION_IMPLS = [("megafold", "megafold kernels"), ("flex", "FlexAttention (torch.compile)"),
+                   ("cueq", "cuEquivariance"), ("compile", "torch.compile"), ("eager", "PyTorch eager")]
+
+
+def attention_table():
+    d = load("triangle_attention")
+    ns = sorted({r["n"] for r in d["rows"]})
+    by = {(r["impl"], r["n"]): r for r in d["rows"]}
+    lines = [f"`bench/results/triangle_attention.json`, {d['gpu']}, one run at {d['commit']}: fwd+bwd median, "
+             "B=1, H=4, d=32, bf16.", "",
+             "| impl | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+    impls = [(i, label) for i, label in ATTENTION_IMPLS if any((i, n) in by for n in ns)]
+    best = {n: min(by[(i, n)]["fwdbwd_ms"] for i, _ in impls if "fwdbwd_ms" in by.get((i, n), {})) for n in ns}
+    for impl, label in impls:
+        cells = []
+        for n in ns:
+            r = by.get((impl, n), {})
+            t = r.get("fwdbwd_ms")
+            cells.append("" if t is None else f"**{t:.2f} ms**" if t == best[n] else f"{t:.2f} ms")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"memory": memory_table, "block": block_table, "attention": attention_table}
+
+
+def render(text):
+    for name, make in TABLES.items():
+        pattern = re.compile(rf"(<!-- report:{name} -->\n)(?:.*?\n)?(<!-- /report:{name} -->)", re.S)
+        if not pattern.search(text):
+            sys.exit(f"README has no <!-- report:{name} --> ... <!-- /report:{name} --> block")
+        text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(2), text)
+    return text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true")
+    mode.add_argument("--check", action="store_true")
+    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    args = ap.parse_args()
+    path = pathlib.Path(args.readme)
+    text = path.read_text()
+    new = render(text)
+    if args.write:
+        path.write_text(new)
+    elif new != text:
+        sys.exit(f"{path}: results tables differ from bench/results/*.json; run python3 bench/report.py --write")
+
+
+if __name__ == "__main__":
+    main()
