@@ -1,19 +1,25 @@
-// Triangle attention forward for Hopper (sm_90a): wgmma on shared-memory tiles that TMA
-// fills, with a producer warp and consumer warpgroups (warp specialisation).
+// Triangle attention for Hopper (sm_90a): the forward, dQ and the bias gradient as
+// warp-specialised kernels, wgmma on shared-memory tiles that TMA fills. (dK/dV stay on the
+// mma.sync kernel: see triangle_attention_cuda.cu.)
 //
-// Block = one query tile of 64 queries of kRows consecutive rows r (same b, h): warpgroup w
-// computes row r0 + w. All rows of a block share one bias tile per key step (the bias does
-// not depend on r), so the bias bytes per score fall by kRows against a block per row. A
-// ninth warp only issues TMA copies: the queries once, then per key step the keys and values
-// of every row and the bias tile, into a ring of kStages slots guarded by "full" (bytes
-// landed) and "empty" (all consumers done) mbarriers. Consumers per step:
-//   S = Q K^T          wgmma m64n64k16 x2, both operands in shared memory
-//   softmax            online, base 2, in registers; bias read from the swizzled tile
-//   O += P V           wgmma m64n32k16 x4, P from registers, V transposed from shared memory
+// Every kernel: a ninth warp only issues TMA copies into a ring of kStages shared-memory
+// slots guarded by "full" (bytes landed) and "empty" (all consumers done) mbarriers; two
+// consumer warpgroups compute.
+// - Forward / dQ: block = one tile of 64 queries of kRows consecutive rows r (same b, h);
+//   warpgroup w computes row r0 + w. All rows of a block share one bias tile per key step
+//   (the bias does not depend on r), so the bias bytes per score fall by kRows against a
+//   block per row. Per 64-key step:
+//     S = Q K^T          wgmma m64n64k16 x2, both operands in shared memory
+//     forward: online softmax (base 2) in registers, O += P V (m64n32k16 x4, P from
+//       registers, V read transposed from shared memory)
+//     dQ: dP = dO V^T, dS = P (dP - delta), dQ += dS K, in 32-key halves (registers)
+// - Bias gradient: block = 128 queries x 64 keys of one (b, h) and a chunk of rows r; each
+//   warpgroup keeps sum_r dS of its 64 x 64 in registers while the rows stream through.
 // The counts behind the shape (N=768, H=4, d=32): per score 4d = 128 tensor FLOPs against
 // one exponential and ~8 other float instructions, so the exponential unit (16/clock/SM) and
-// the float pipe, not the tensor cores, bound the kernel; wgmma frees the issue slots that
-// mma.sync spent and TMA those of the address arithmetic of the cp.async loaders.
+// the instruction issue, not the tensor cores, bound these kernels; wgmma frees the issue
+// slots mma.sync spent, TMA those of the cp.async loaders' address arithmetic. Measurements
+// and what limits them: bench/notes/triangle_attention.md.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
