@@ -5,7 +5,8 @@
 // Messages are assembled from std::string pieces and raised as one string, never through
 // iostreams in this library: loaded into a Python process, formatting integers with
 // std::ostream from this .so crashed (seen on the GPU image, torch 2.11 / g++ 13), while the
-// same error path in the C++ binaries worked.
+// same error path in the C++ binaries worked. MF_CHECK (core/check.h), used by the kernels'
+// host code, formats text and numbers the same way.
 #include <ATen/core/Tensor.h>
 
 #include <initializer_list>
