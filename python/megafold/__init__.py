@@ -7,7 +7,8 @@
 trainer runs (CUDA for CUDA tensors, the ATen references otherwise). The library is found at
 $MEGAFOLD_OPS_LIB, else in this checkout's build directories ($MEGAFOLD_BUILD_DIR, build/,
 build-gpu/); build it with `bash scripts/build.sh`. Put this directory's parent (`python/`) on
-PYTHONPATH. Contracts: the headers under src/ops/<op>/.
+PYTHONPATH. Contracts: the headers under src/ops/<op>/. `megafold.cueq` offers the same ops
+with NVIDIA cuEquivariance's call signatures.
 """
 import os
 import pathlib
