@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <concepts>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,13 +29,115 @@ void read(const json& j, const char* key, T& out, const std::string& where) {
   }
 }
 
-void reject_unknown(const json& j, std::initializer_list<const char*> known, const std::string& where) {
+// ---- every key once ----
+// keys(section, f) calls f("name", member) for each key of a config section. Reading (with the
+// unknown-key check) and writing both derive from these lists; a member that is itself a
+// section is a nested JSON object. Range checks are in validate() below.
+template <typename T, typename U>
+concept Is = std::same_as<std::remove_const_t<T>, U>;
+
+template <typename S>
+  requires Is<S, model::MsaConfig>
+void keys(S& m, auto&& f) {
+  f("n_blocks", m.n_blocks), f("c_m", m.c_m), f("opm_hidden", m.opm_hidden), f("heads", m.heads);
+  f("head_dim", m.head_dim), f("dropout", m.dropout);
+}
+
+template <typename S>
+  requires Is<S, model::DiffusionConfig>
+void keys(S& d, auto&& f) {
+  f("c_token", d.c_token), f("n_blocks", d.n_blocks), f("heads", d.heads), f("fourier_dim", d.fourier_dim);
+  f("transition_factor", d.transition_factor), f("sigma_data", d.sigma_data), f("c_atom", d.c_atom);
+  f("c_atompair", d.c_atompair), f("atom_blocks", d.atom_blocks), f("atom_heads", d.atom_heads);
+  f("samples", d.samples), f("weight", d.weight), f("sampler_steps", d.sampler_steps);
+  f("sample_chunk", d.sample_chunk);
+}
+
+template <typename S>
+  requires Is<S, model::ConfidenceConfig>
+void keys(S& c, auto&& f) {
+  f("n_blocks", c.n_blocks), f("plddt_bins", c.plddt_bins), f("distance_bins", c.distance_bins);
+  f("distance_min", c.distance_min), f("distance_max", c.distance_max), f("rollout_steps", c.rollout_steps);
+  f("every", c.every), f("weight", c.weight);
+}
+
+template <typename S>
+  requires Is<S, model::ModelConfig>
+void keys(S& m, auto&& f) {
+  f("c_s", m.c_s), f("c_z", m.c_z), f("n_blocks", m.n_blocks), f("tri_attn_heads", m.tri_attn_heads);
+  f("tri_attn_head_dim", m.tri_attn_head_dim), f("tri_mul_hidden", m.tri_mul_hidden);
+  f("single_attn_heads", m.single_attn_heads), f("single_attn_head_dim", m.single_attn_head_dim);
+  f("transition_factor", m.transition_factor), f("dropout", m.dropout), f("relpos_r_max", m.relpos_r_max);
+  f("relpos_s_max", m.relpos_s_max), f("distogram_bins", m.distogram_bins), f("distogram_min", m.distogram_min);
+  f("distogram_max", m.distogram_max), f("checkpoint_blocks", m.checkpoint_blocks), f("memory", m.memory);
+  f("memory_chunk_pairs", m.memory_chunk_pairs), f("memory_offload", m.memory_offload);
+  f("recycles", m.recycles), f("msa", m.msa), f("diffusion", m.diffusion), f("confidence", m.confidence);
+}
+
+template <typename S>
+  requires Is<S, DataConfig>
+void keys(S& d, auto&& f) {
+  f("dir", d.dir), f("crop_size", d.crop_size), f("batch_size", d.batch_size), f("val_crop_size", d.val_crop_size);
+  f("overfit", d.overfit), f("crop_contiguous", d.crop_contiguous), f("crop_spatial", d.crop_spatial);
+  f("crop_spatial_interface", d.crop_spatial_interface), f("weights", d.weights), f("msa_rows", d.msa_rows);
+  f("workers", d.workers), f("prefetch", d.prefetch);
+}
+
+template <typename S>
+  requires Is<S, OptimConfig>
+void keys(S& o, auto&& f) {
+  f("lr", o.lr), f("beta1", o.beta1), f("beta2", o.beta2), f("eps", o.eps), f("weight_decay", o.weight_decay);
+  f("warmup_steps", o.warmup_steps), f("decay_every", o.decay_every), f("decay_factor", o.decay_factor);
+  f("clip_grad_norm", o.clip_grad_norm), f("ema_decay", o.ema_decay);
+}
+
+template <typename S>
+  requires Is<S, TrainConfig>
+void keys(S& c, auto&& f) {
+  f("name", c.name), f("model", c.model), f("data", c.data), f("optim", c.optim), f("steps", c.steps);
+  f("seed", c.seed), f("device", c.device), f("bf16", c.bf16), f("threads", c.threads);
+  f("log_every", c.log_every), f("val_every", c.val_every), f("checkpoint_every", c.checkpoint_every);
+  f("keep_checkpoints", c.keep_checkpoints);
+}
+
+template <typename T>
+constexpr bool kSection = Is<T, model::MsaConfig> || Is<T, model::DiffusionConfig> ||
+                          Is<T, model::ConfidenceConfig> || Is<T, model::ModelConfig> || Is<T, DataConfig> ||
+                          Is<T, OptimConfig> || Is<T, TrainConfig>;
+
+// Unknown keys of section s in object j (besides `extra`) are errors naming `where` and the key.
+template <typename S>
+void reject_unknown(const json& j, const S& s, const std::string& where, std::initializer_list<const char*> extra = {}) {
   if (!j.is_object()) throw Error(where + ": must be a JSON object, got " + j.dump());
   for (auto it = j.begin(); it != j.end(); ++it) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || it.key() == k;
-    if (!ok) throw Error(where + ": unknown key '" + it.key() + "' (check the spelling; see configs/)");
+    bool known = false;
+    for (const char* e : extra) known = known || it.key() == e;
+    keys(s, [&](const char* k, const auto&) { known = known || it.key() == k; });
+    if (!known) throw Error(where + ": unknown key '" + it.key() + "' (check the spelling; see configs/)");
   }
+}
+
+// Reads the keys present in j into s, nested sections included.
+template <typename S>
+void read_section(const json& j, S& s, const std::string& where) {
+  reject_unknown(j, s, where);
+  keys(s, [&](const char* k, auto& member) {
+    if constexpr (kSection<std::remove_cvref_t<decltype(member)>>) {
+      if (auto it = j.find(k); it != j.end()) read_section(*it, member, where + " [" + k + "]");
+    } else {
+      read(j, k, member, where);
+    }
+  });
+}
+
+template <typename S>
+json write_section(const S& s) {
+  json out = json::object();
+  keys(s, [&](const char* k, const auto& member) {
+    if constexpr (kSection<std::remove_cvref_t<decltype(member)>>) out[k] = write_section(member);
+    else out[k] = member;
+  });
+  return out;
 }
 
 namespace fs = std::filesystem;
@@ -64,136 +167,10 @@ std::string builtin_names() {
   return names;
 }
 
-void apply_diffusion(const json& j, model::DiffusionConfig& d, const std::string& w) {
-  reject_unknown(j, {"c_token", "n_blocks", "heads", "fourier_dim", "transition_factor", "sigma_data", "c_atom",
-                     "c_atompair", "atom_blocks", "atom_heads", "samples", "weight", "sampler_steps",
-                     "sample_chunk"}, w);
-  read(j, "c_token", d.c_token, w);
-  read(j, "n_blocks", d.n_blocks, w);
-  read(j, "heads", d.heads, w);
-  read(j, "fourier_dim", d.fourier_dim, w);
-  read(j, "transition_factor", d.transition_factor, w);
-  read(j, "sigma_data", d.sigma_data, w);
-  read(j, "c_atom", d.c_atom, w);
-  read(j, "c_atompair", d.c_atompair, w);
-  read(j, "atom_blocks", d.atom_blocks, w);
-  read(j, "atom_heads", d.atom_heads, w);
-  read(j, "samples", d.samples, w);
-  read(j, "weight", d.weight, w);
-  read(j, "sampler_steps", d.sampler_steps, w);
-  read(j, "sample_chunk", d.sample_chunk, w);
-}
-
-void apply_msa(const json& j, model::MsaConfig& m, const std::string& w) {
-  reject_unknown(j, {"n_blocks", "c_m", "opm_hidden", "heads", "head_dim", "dropout"}, w);
-  read(j, "n_blocks", m.n_blocks, w);
-  read(j, "c_m", m.c_m, w);
-  read(j, "opm_hidden", m.opm_hidden, w);
-  read(j, "heads", m.heads, w);
-  read(j, "head_dim", m.head_dim, w);
-  read(j, "dropout", m.dropout, w);
-}
-
-json msa_json(const model::MsaConfig& m) {
-  return {{"n_blocks", m.n_blocks}, {"c_m", m.c_m}, {"opm_hidden", m.opm_hidden},
-          {"heads", m.heads}, {"head_dim", m.head_dim}, {"dropout", m.dropout}};
-}
-
-void apply_confidence(const json& j, model::ConfidenceConfig& c, const std::string& w) {
-  reject_unknown(j, {"n_blocks", "plddt_bins", "distance_bins", "distance_min", "distance_max", "rollout_steps",
-                     "every", "weight"}, w);
-  read(j, "n_blocks", c.n_blocks, w);
-  read(j, "plddt_bins", c.plddt_bins, w);
-  read(j, "distance_bins", c.distance_bins, w);
-  read(j, "distance_min", c.distance_min, w);
-  read(j, "distance_max", c.distance_max, w);
-  read(j, "rollout_steps", c.rollout_steps, w);
-  read(j, "every", c.every, w);
-  read(j, "weight", c.weight, w);
-}
-
-json confidence_json(const model::ConfidenceConfig& c) {
-  return {{"n_blocks", c.n_blocks}, {"plddt_bins", c.plddt_bins}, {"distance_bins", c.distance_bins},
-          {"distance_min", c.distance_min}, {"distance_max", c.distance_max}, {"rollout_steps", c.rollout_steps},
-          {"every", c.every}, {"weight", c.weight}};
-}
-
-json diffusion_json(const model::DiffusionConfig& d) {
-  return {{"c_token", d.c_token}, {"n_blocks", d.n_blocks}, {"heads", d.heads}, {"fourier_dim", d.fourier_dim},
-          {"transition_factor", d.transition_factor}, {"sigma_data", d.sigma_data}, {"c_atom", d.c_atom},
-          {"c_atompair", d.c_atompair}, {"atom_blocks", d.atom_blocks}, {"atom_heads", d.atom_heads},
-          {"samples", d.samples}, {"weight", d.weight}, {"sampler_steps", d.sampler_steps},
-          {"sample_chunk", d.sample_chunk}};
-}
-
-void apply_model(const json& j, model::ModelConfig& m, const std::string& w) {
-  reject_unknown(j, {"c_s", "c_z", "n_blocks", "tri_attn_heads", "tri_attn_head_dim", "tri_mul_hidden",
-                     "single_attn_heads", "single_attn_head_dim", "transition_factor", "dropout",
-                     "relpos_r_max", "relpos_s_max", "distogram_bins", "distogram_min",
-                     "distogram_max", "checkpoint_blocks", "memory", "memory_chunk_pairs", "memory_offload", "recycles", "msa", "diffusion", "confidence"}, w);
-  if (j.contains("msa")) apply_msa(j["msa"], m.msa, w + " [msa]");
-  if (j.contains("diffusion")) apply_diffusion(j["diffusion"], m.diffusion, w + " [diffusion]");
-  if (j.contains("confidence")) apply_confidence(j["confidence"], m.confidence, w + " [confidence]");
-  read(j, "recycles", m.recycles, w);
-  read(j, "c_s", m.c_s, w);
-  read(j, "c_z", m.c_z, w);
-  read(j, "n_blocks", m.n_blocks, w);
-  read(j, "tri_attn_heads", m.tri_attn_heads, w);
-  read(j, "tri_attn_head_dim", m.tri_attn_head_dim, w);
-  read(j, "tri_mul_hidden", m.tri_mul_hidden, w);
-  read(j, "single_attn_heads", m.single_attn_heads, w);
-  read(j, "single_attn_head_dim", m.single_attn_head_dim, w);
-  read(j, "transition_factor", m.transition_factor, w);
-  read(j, "dropout", m.dropout, w);
-  read(j, "relpos_r_max", m.relpos_r_max, w);
-  read(j, "relpos_s_max", m.relpos_s_max, w);
-  read(j, "distogram_bins", m.distogram_bins, w);
-  read(j, "distogram_min", m.distogram_min, w);
-  read(j, "distogram_max", m.distogram_max, w);
-  read(j, "checkpoint_blocks", m.checkpoint_blocks, w);
-  read(j, "memory", m.memory, w);
-  read(j, "memory_chunk_pairs", m.memory_chunk_pairs, w);
-  read(j, "memory_offload", m.memory_offload, w);
-}
-
-void apply_data(const json& j, DataConfig& d, const std::string& w) {
-  reject_unknown(j, {"dir", "crop_size", "batch_size", "val_crop_size", "overfit", "crop_contiguous", "crop_spatial",
-                     "crop_spatial_interface", "workers", "prefetch", "weights", "msa_rows"}, w);
-  read(j, "msa_rows", d.msa_rows, w);
-  read(j, "weights", d.weights, w);
-  read(j, "workers", d.workers, w);
-  read(j, "prefetch", d.prefetch, w);
-  read(j, "crop_contiguous", d.crop_contiguous, w);
-  read(j, "crop_spatial", d.crop_spatial, w);
-  read(j, "crop_spatial_interface", d.crop_spatial_interface, w);
-  read(j, "dir", d.dir, w);
-  read(j, "crop_size", d.crop_size, w);
-  read(j, "batch_size", d.batch_size, w);
-  read(j, "val_crop_size", d.val_crop_size, w);
-  read(j, "overfit", d.overfit, w);
-}
-
-void apply_optim(const json& j, OptimConfig& o, const std::string& w) {
-  reject_unknown(j, {"lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "decay_every",
-                     "decay_factor", "clip_grad_norm", "ema_decay"}, w);
-  read(j, "lr", o.lr, w);
-  read(j, "beta1", o.beta1, w);
-  read(j, "beta2", o.beta2, w);
-  read(j, "eps", o.eps, w);
-  read(j, "weight_decay", o.weight_decay, w);
-  read(j, "warmup_steps", o.warmup_steps, w);
-  read(j, "decay_every", o.decay_every, w);
-  read(j, "decay_factor", o.decay_factor, w);
-  read(j, "clip_grad_norm", o.clip_grad_norm, w);
-  read(j, "ema_decay", o.ema_decay, w);
-}
-
 // dir: where a relative 'base' path is looked up (the directory of the file being applied).
 void apply(const json& j, TrainConfig& c, const std::string& origin, int depth, const fs::path& dir) {
   MF_CHECK(j.is_object(), origin, ": a config must be a JSON object");
-  reject_unknown(j, {"base", "name", "model", "data", "optim", "steps", "seed", "device", "bf16",
-                     "threads", "log_every", "val_every", "checkpoint_every", "keep_checkpoints"},
-                 origin);
+  reject_unknown(j, c, origin, {"base"});
   if (auto it = j.find("base"); it != j.end()) {
     MF_CHECK(depth < 8, origin, ": 'base' chain is too deep (a cycle?)");
     MF_CHECK(it->is_string(), origin, ": 'base' must be a built-in config name or a file path, got ", it->dump());
@@ -209,19 +186,9 @@ void apply(const json& j, TrainConfig& c, const std::string& origin, int depth, 
       apply(parse_json(read_text(path), path.string()), c, path.string(), depth + 1, path.parent_path());
     }
   }
-  read(j, "name", c.name, origin);
-  if (j.contains("model")) apply_model(j["model"], c.model, origin + " [model]");
-  if (j.contains("data")) apply_data(j["data"], c.data, origin + " [data]");
-  if (j.contains("optim")) apply_optim(j["optim"], c.optim, origin + " [optim]");
-  read(j, "steps", c.steps, origin);
-  read(j, "seed", c.seed, origin);
-  read(j, "device", c.device, origin);
-  read(j, "bf16", c.bf16, origin);
-  read(j, "threads", c.threads, origin);
-  read(j, "log_every", c.log_every, origin);
-  read(j, "val_every", c.val_every, origin);
-  read(j, "checkpoint_every", c.checkpoint_every, origin);
-  read(j, "keep_checkpoints", c.keep_checkpoints, origin);
+  json own = j;
+  own.erase("base");
+  read_section(own, c, origin);
 }
 
 void validate(const TrainConfig& c, const std::string& origin) {
@@ -420,35 +387,6 @@ std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now) {
   return diff;
 }
 
-std::string to_json(const TrainConfig& c) {
-  const auto& m = c.model;
-  json j = {
-      {"name", c.name},
-      {"model", {{"c_s", m.c_s}, {"c_z", m.c_z}, {"n_blocks", m.n_blocks},
-                 {"tri_attn_heads", m.tri_attn_heads}, {"tri_attn_head_dim", m.tri_attn_head_dim},
-                 {"tri_mul_hidden", m.tri_mul_hidden}, {"single_attn_heads", m.single_attn_heads},
-                 {"single_attn_head_dim", m.single_attn_head_dim},
-                 {"transition_factor", m.transition_factor}, {"dropout", m.dropout},
-                 {"relpos_r_max", m.relpos_r_max}, {"relpos_s_max", m.relpos_s_max},
-                 {"distogram_bins", m.distogram_bins}, {"distogram_min", m.distogram_min},
-                 {"distogram_max", m.distogram_max}, {"checkpoint_blocks", m.checkpoint_blocks},
-                 {"memory", m.memory}, {"memory_chunk_pairs", m.memory_chunk_pairs},
-                 {"memory_offload", m.memory_offload}, {"recycles", m.recycles}, {"msa", msa_json(m.msa)}, {"diffusion", diffusion_json(m.diffusion)},
-                 {"confidence", confidence_json(m.confidence)}}},
-      {"data", {{"dir", c.data.dir}, {"crop_size", c.data.crop_size},
-                {"batch_size", c.data.batch_size}, {"val_crop_size", c.data.val_crop_size},
-                {"overfit", c.data.overfit}, {"crop_contiguous", c.data.crop_contiguous},
-                {"crop_spatial", c.data.crop_spatial}, {"crop_spatial_interface", c.data.crop_spatial_interface},
-                {"weights", c.data.weights}, {"msa_rows", c.data.msa_rows}, {"workers", c.data.workers}, {"prefetch", c.data.prefetch}}},
-      {"optim", {{"lr", c.optim.lr}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
-                 {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay},
-                 {"warmup_steps", c.optim.warmup_steps}, {"decay_every", c.optim.decay_every},
-                 {"decay_factor", c.optim.decay_factor}, {"clip_grad_norm", c.optim.clip_grad_norm},
-                 {"ema_decay", c.optim.ema_decay}}},
-      {"steps", c.steps}, {"seed", c.seed}, {"device", c.device}, {"bf16", c.bf16},
-      {"threads", c.threads}, {"log_every", c.log_every}, {"val_every", c.val_every},
-      {"checkpoint_every", c.checkpoint_every}, {"keep_checkpoints", c.keep_checkpoints}};
-  return j.dump(2) + "\n";
-}
+std::string to_json(const TrainConfig& c) { return write_section(c).dump(2) + "\n"; }
 
 }  // namespace megafold::train

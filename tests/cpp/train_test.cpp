@@ -174,12 +174,18 @@ TEST(Config, ResumeMismatchNamesChangedSettings) {
   EXPECT_NE(diff.find("seed"), std::string::npos) << diff;
 }
 
-TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {
-  const fs::path dir = fs::temp_directory_path() / ("megafold_ckpt_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+// A model small enough to checkpoint in milliseconds.
+model::ModelConfig tiny_model() {
   model::ModelConfig mc;
   mc.c_s = 8, mc.c_z = 4, mc.n_blocks = 1, mc.tri_attn_heads = 1, mc.tri_attn_head_dim = 2,
   mc.tri_mul_hidden = 2, mc.single_attn_heads = 1, mc.single_attn_head_dim = 2;
+  return mc;
+}
+
+TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("megafold_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  model::ModelConfig mc = tiny_model();
   mc.msa.n_blocks = 1, mc.msa.c_m = 4, mc.msa.opm_hidden = 2, mc.msa.heads = 1, mc.msa.head_dim = 2;
   model::MegaFold m(mc);
   auto params = m->parameters();
@@ -220,9 +226,7 @@ TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {
 TEST(Checkpoint, EmaByNameAndOlderPositionalCheckpoints) {
   const fs::path dir = fs::temp_directory_path() / ("megafold_ema_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  model::ModelConfig mc;
-  mc.c_s = 8, mc.c_z = 4, mc.n_blocks = 1, mc.tri_attn_heads = 1, mc.tri_attn_head_dim = 2,
-  mc.tri_mul_hidden = 2, mc.single_attn_heads = 1, mc.single_attn_head_dim = 2;
+  model::ModelConfig mc = tiny_model();
   model::MegaFold m(mc);
   auto params = m->parameters();
   torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3));
