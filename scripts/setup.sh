@@ -54,16 +54,17 @@ if [ -z "$py" ]; then
   echo "setup: no importable torch; creating $CACHE/venv with torch==$TORCH_VERSION (one-time, several GB)"
   python3 -m venv "$CACHE/venv"
   "$CACHE/venv/bin/pip" install -q --upgrade pip
-  "$CACHE/venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest safetensors
+  "$CACHE/venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest safetensors matplotlib
   py="$CACHE/venv/bin/python"
 fi
-# pytest runs the Python-side tests (safetensors: the exported weights load in PyTorch);
+# pytest runs the Python-side tests (safetensors: the exported weights load in PyTorch;
+# matplotlib: megafold.metrics.plot);
 # installed next to torch when absent.
-if ! "$py" -c "import pytest, numpy, safetensors" >/dev/null 2>&1; then
+if ! "$py" -c "import pytest, numpy, safetensors, matplotlib" >/dev/null 2>&1; then
   if [ -n "${MEGAFOLD_DEPS_PREFIX:-}" ]; then
-    echo "setup: offline host (MEGAFOLD_DEPS_PREFIX set); not installing pytest, numpy, safetensors"
+    echo "setup: offline host (MEGAFOLD_DEPS_PREFIX set); not installing pytest, numpy, safetensors, matplotlib"
   else
-    "$py" -m pip install -q pytest numpy safetensors
+    "$py" -m pip install -q pytest numpy safetensors matplotlib
   fi
 fi
 command -v "$py" >/dev/null 2>&1 && py="$(command -v "$py")"
