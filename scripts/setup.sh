@@ -54,17 +54,17 @@ if [ -z "$py" ]; then
   echo "setup: no importable torch; creating $CACHE/venv with torch==$TORCH_VERSION (one-time, several GB)"
   python3 -m venv "$CACHE/venv"
   "$CACHE/venv/bin/pip" install -q --upgrade pip
-  "$CACHE/venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest safetensors matplotlib
+  "$CACHE/venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest safetensors matplotlib scikit-build-core
   py="$CACHE/venv/bin/python"
 fi
 # pytest runs the Python-side tests (safetensors: the exported weights load in PyTorch;
-# matplotlib: megafold.metrics.plot);
+# matplotlib: megafold.metrics.plot; scikit-build-core: `pip install .` of the package);
 # installed next to torch when absent.
-if ! "$py" -c "import pytest, numpy, safetensors, matplotlib" >/dev/null 2>&1; then
+if ! "$py" -c "import pytest, numpy, safetensors, matplotlib, scikit_build_core" >/dev/null 2>&1; then
   if [ -n "${MEGAFOLD_DEPS_PREFIX:-}" ]; then
-    echo "setup: offline host (MEGAFOLD_DEPS_PREFIX set); not installing pytest, numpy, safetensors, matplotlib"
+    echo "setup: offline host (MEGAFOLD_DEPS_PREFIX set); not installing the Python test packages"
   else
-    "$py" -m pip install -q pytest numpy safetensors matplotlib
+    "$py" -m pip install -q pytest numpy safetensors matplotlib scikit-build-core
   fi
 fi
 command -v "$py" >/dev/null 2>&1 && py="$(command -v "$py")"

@@ -4,10 +4,10 @@
     out = megafold.ops.triangle_attention(q, k, v, bias, mask, gate)   # bias, mask, gate may be None
 
 `megafold.ops` is `torch.ops.megafold` once the ops library is loaded: the same kernels the C++
-trainer runs (CUDA for CUDA tensors, the ATen references otherwise). The library is found at
-$MEGAFOLD_OPS_LIB, else in this checkout's build directories ($MEGAFOLD_BUILD_DIR, build/,
-build-gpu/); build it with `bash scripts/build.sh`. Put this directory's parent (`python/`) on
-PYTHONPATH. Contracts: the headers under src/ops/<op>/. `megafold.cueq` offers the same ops
+trainer runs (CUDA for CUDA tensors, the ATen references otherwise). Installed with
+`pip install --no-build-isolation .` the library sits in this package; from a checkout it is
+found at $MEGAFOLD_OPS_LIB, else in the build directories ($MEGAFOLD_BUILD_DIR, build/,
+build-gpu/; build with `bash scripts/build.sh`) with `python/` on PYTHONPATH. Contracts: the headers under src/ops/<op>/. `megafold.cueq` offers the same ops
 with NVIDIA cuEquivariance's call signatures.
 """
 import os
@@ -19,9 +19,13 @@ __all__ = ["ops", "library_path"]
 
 
 def library_path():
-    """The libmegafold_ops.so this package loads."""
+    """The libmegafold_ops.so this package loads: $MEGAFOLD_OPS_LIB, the one `pip install`
+    put beside this file, or a checkout's build."""
     if os.environ.get("MEGAFOLD_OPS_LIB"):
         return os.environ["MEGAFOLD_OPS_LIB"]
+    installed = pathlib.Path(__file__).resolve().parent / "libmegafold_ops.so"
+    if installed.exists():
+        return str(installed)
     root = pathlib.Path(__file__).resolve().parents[2]
     dirs = [os.environ.get("MEGAFOLD_BUILD_DIR"), root / "build", root / "build-gpu"]
     for d in filter(None, dirs):
