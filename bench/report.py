@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The README's results tables, rendered from bench/results/*.json.
+"""The results tables of the README and docs/performance.md, rendered from bench/results/*.json.
 
-Each table sits in the README between `<!-- report:NAME -->` and `<!-- /report:NAME -->`;
-this script writes what the JSON says there (--write) or checks that it is there (--check,
-run by the test suite, so a table cannot drift from its results file).
+Each table sits between `<!-- report:NAME -->` and `<!-- /report:NAME -->`; this script writes
+what the JSON says there (--write) or checks that it is there (--check, run by the test suite,
+so a table cannot drift from its results file).
 
-usage: python3 bench/report.py --write | --check [--readme README.md]
+usage: python3 bench/report.py --write | --check [--readme README.md] [--performance docs/performance.md]
 """
 import argparse
 import json
@@ -128,14 +128,43 @@ def attention_table():
     return "\n".join(lines)
 
 
+PERF_ATTENTION_IMPLS = [("megafold", "**megafold kernels** (TMA + wgmma forward, dQ, bias gradient; mma.sync dK/dV)"),
+                        ("flex", "FlexAttention (compiled), bias score_mod"),
+                        ("cueq", "cuEquivariance 0.13 `triangle_attention`"), ("sdpa", "SDPA, bias as attn_mask"),
+                        ("compile", "torch.compile (eager code)"), ("eager", "PyTorch eager")]
+
+
+def attention_memory_table():
+    """docs/performance.md: fwd+bwd time / peak extra memory of every implementation."""
+    d = load("triangle_attention")
+    ns = sorted({r["n"] for r in d["rows"]})
+    by = {(r["impl"], r["n"]): r for r in d["rows"]}
+    impls = [(i, label) for i, label in PERF_ATTENTION_IMPLS if any((i, n) in by for n in ns)]
+    best = {n: min(by[(i, n)]["fwdbwd_ms"] for i, _ in impls if "fwdbwd_ms" in by.get((i, n), {})) for n in ns}
+    lines = [f"{d['gpu']}, one run at {d['commit']} ({d['date'][:10]}); fwd+bwd median / peak extra memory.", "",
+             "| impl | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+    for impl, label in impls:
+        cells = []
+        for n in ns:
+            r = by.get((impl, n), {})
+            if "fwdbwd_ms" not in r:
+                cells.append(r.get("error", ""))
+                continue
+            t = f"{r['fwdbwd_ms']:.2f} ms"
+            cells.append(f"{'**' + t + '**' if r['fwdbwd_ms'] == best[n] else t} / {r['peak_gb']:.2f} GB")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 TABLES = {"memory": memory_table, "block": block_table, "attention": attention_table}
+DOC_TABLES = {"attention-memory": attention_memory_table}
 
 
-def render(text):
-    for name, make in TABLES.items():
+def render(text, tables):
+    for name, make in tables.items():
         pattern = re.compile(rf"(<!-- report:{name} -->\n)(?:.*?\n)?(<!-- /report:{name} -->)", re.S)
         if not pattern.search(text):
-            sys.exit(f"README has no <!-- report:{name} --> ... <!-- /report:{name} --> block")
+            sys.exit(f"no <!-- report:{name} --> ... <!-- /report:{name} --> block")
         text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(2), text)
     return text
 
@@ -146,14 +175,18 @@ def main():
     mode.add_argument("--write", action="store_true")
     mode.add_argument("--check", action="store_true")
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    ap.add_argument("--performance", default=str(ROOT / "docs" / "performance.md"))
     args = ap.parse_args()
-    path = pathlib.Path(args.readme)
-    text = path.read_text()
-    new = render(text)
-    if args.write:
-        path.write_text(new)
-    elif new != text:
-        sys.exit(f"{path}: results tables differ from bench/results/*.json; run python3 bench/report.py --write")
+    stale = []
+    for path, tables in ((pathlib.Path(args.readme), TABLES), (pathlib.Path(args.performance), DOC_TABLES)):
+        text = path.read_text()
+        new = render(text, tables)
+        if args.write:
+            path.write_text(new)
+        elif new != text:
+            stale.append(str(path))
+    if stale:
+        sys.exit(f"{', '.join(stale)}: results tables differ from bench/results/*.json; run python3 bench/report.py --write")
 
 
 if __name__ == "__main__":
