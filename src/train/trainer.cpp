@@ -182,8 +182,57 @@ double learning_rate(const OptimConfig& o, int64_t step) {
   return o.lr * std::pow(o.decay_factor, static_cast<double>(decays));
 }
 
-TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
-  TrainConfig cfg = cfg_in;
+namespace {
+
+// What one optimiser step gives the log.
+struct StepOutcome {
+  model::Losses loss;
+  double loss_value = 0, grad_norm = 0;
+  bool finite = false;
+};
+
+// A training run between its steps: devices and process groups, data, model, optimiser, EMA
+// and metrics. The constructor sets it all up (resuming from the newest checkpoint when
+// asked); step(), log(), validate() and checkpoint() are the loop's pieces.
+class Run {
+ public:
+  Run(const TrainConfig& cfg_in, const TrainOptions& opts);
+
+  // Forward, backward (gradients summed over the ranks while it runs), clipping, and the
+  // AdamW and EMA update unless the loss or the gradient norm is not finite.
+  StepOutcome step(const data::Batch& batch, int64_t step, double lr, Progress& progress);
+  // One metrics line for the step just done.
+  void log(int64_t step, const StepOutcome& s, const data::Batch& batch, double lr, double ms, double data_wait_ms);
+  // Distogram and structure scores of the validation entries under the EMA weights (rank 0).
+  void validate(int64_t step, Progress& progress);
+  // Rank 0 writes <out>/checkpoints/step_<step>.pt atomically.
+  void checkpoint(int64_t step);
+  // Whether every rank has been asked to stop (SIGINT/SIGTERM on any of them).
+  bool stop_requested();
+  void say(const std::string& s) const {
+    if (!quiet) std::cout << s << std::endl;
+  }
+
+  TrainConfig cfg;
+  int data_rank = 0, data_world = 1;
+  c10::Device device{c10::kCPU};
+  bool lead = true, quiet = false, autocast = false;
+  fs::path out_dir, ckpt_dir;
+  int64_t start = 0;  // the first step to run (after a resume, the checkpoint's)
+  data::Dataset ds;
+
+ private:
+  std::unique_ptr<dist::ProcessGroup> dp_, pairs_;
+  model::MegaFold model_{nullptr};
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<Ema> ema_;
+  std::optional<MetricsLog> metrics_;
+  std::optional<dist::GradientSync> grad_sync_;
+  std::optional<std::pair<double, double>> last_plddt_;  // pLDDT loss and rollout lDDT
+};
+
+Run::Run(const TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_in) {
   // Data parallelism when launched as one of several ranks (torchrun, Slurm, train --nproc):
   // rank 0 logs, validates and writes checkpoints; every rank averages its gradients with the
   // others before the (identical) optimiser step.
@@ -193,26 +242,22 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
            " must divide the number of ranks (", env.world, ")");
   MF_CHECK(cfg.data.crop_size % opts.pair_shards == 0, "--pair-shards ", opts.pair_shards,
            " must divide data.crop_size (", cfg.data.crop_size, "): each rank holds an equal block of pair rows");
-  const int data_rank = env.rank / opts.pair_shards, data_world = env.world / opts.pair_shards;
-  c10::Device device = resolve_device(cfg.device);
+  data_rank = env.rank / opts.pair_shards, data_world = env.world / opts.pair_shards;
+  device = resolve_device(cfg.device);
   if (device.is_cuda() && env.world > 1) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
   make_current(device);
   // On GPUs the gradients and the pair shards travel over NCCL, on the CPU over Gloo.
-  std::unique_ptr<dist::ProcessGroup> dp, pairs;
-  if (env.world > 1) dp = std::make_unique<dist::ProcessGroup>(env, device);
-  if (opts.pair_shards > 1) pairs = dp->split(opts.pair_shards);
-  const bool lead = env.rank == 0, quiet = opts.quiet || !lead;
-  const bool autocast = device.is_cuda() && cfg.bf16;
+  if (env.world > 1) dp_ = std::make_unique<dist::ProcessGroup>(env, device);
+  if (opts.pair_shards > 1) pairs_ = dp_->split(opts.pair_shards);
+  lead = env.rank == 0, quiet = opts.quiet || !lead;
+  autocast = device.is_cuda() && cfg.bf16;
   at::set_num_threads(cfg.threads > 0 ? static_cast<int>(cfg.threads)
                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  const fs::path out_dir(opts.out_dir);
-  const fs::path ckpt_dir = out_dir / "checkpoints";
+  out_dir = opts.out_dir;
+  ckpt_dir = out_dir / "checkpoints";
   fs::create_directories(out_dir);
-  auto say = [&](const std::string& s) {
-    if (!quiet) std::cout << s << std::endl;
-  };
 
-  data::Dataset ds = data::load_dataset(cfg.data.dir, quiet, cfg.data.overfit);
+  ds = data::load_dataset(cfg.data.dir, quiet, cfg.data.overfit);
   if (!cfg.data.weights.empty()) data::load_weights(ds, cfg.data.weights);
   {
     std::ostringstream os;
@@ -222,13 +267,12 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   }
 
   at::manual_seed(cfg.seed);  // parameter initialisation only; all later randomness is seeded
-  model::MegaFold model(cfg.model);
-  model->to(device);
-  std::vector<at::Tensor> params = model->parameters();
-  torch::optim::AdamW optimizer(params, adamw_options(cfg.optim));
-  Ema ema(params, cfg.optim.ema_decay);
+  model_ = model::MegaFold(cfg.model);
+  model_->to(device);
+  params_ = model_->parameters();
+  optimizer_ = std::make_unique<torch::optim::AdamW>(params_, adamw_options(cfg.optim));
+  ema_ = std::make_unique<Ema>(params_, cfg.optim.ema_decay);
 
-  int64_t start = 0;
   const auto existing = latest_checkpoint(ckpt_dir.string());
   if (opts.resume && existing) {
     const TrainConfig saved = parse_config(read_checkpoint_meta(*existing).config_json, *existing);
@@ -239,7 +283,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
       say("warning: resuming under memory mode " + cfg.model.memory + " (the run used " + saved.model.memory +
           "): the bf16 block boundary of balanced/frontier differs from fast, so the numerics move; "
           "same-mode resumes are bitwise");
-    start = load_checkpoint(*existing, *model, ema.shadow(), optimizer).step;
+    start = load_checkpoint(*existing, *model_, ema_->shadow(), *optimizer_).step;
     say("resume: " + *existing + " (step " + std::to_string(start) + ")");
   } else if (opts.resume) {
     say("resume: no checkpoint in " + ckpt_dir.string() + ", starting from step 0");
@@ -249,182 +293,187 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   }
   if (lead) write_file_atomically((out_dir / "config.json").string(), to_json(cfg));
   say("resolved config (saved as " + (out_dir / "config.json").string() + "):\n" + to_json(cfg));
-  std::optional<MetricsLog> metrics;
-  if (lead) metrics.emplace((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
-  if (dp)
+  if (lead) metrics_.emplace((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
+  if (dp_)
     say("data parallel: " + std::to_string(data_world) + " groups of " + std::to_string(opts.pair_shards) +
-        (opts.pair_shards > 1 ? " ranks sharding the pair representation by rows" : " rank") + " (" + dp->backend() + "), " +
-        std::to_string(cfg.data.batch_size) + " examples per group and step");
+        (opts.pair_shards > 1 ? " ranks sharding the pair representation by rows" : " rank") + " (" + dp_->backend() +
+        "), " + std::to_string(cfg.data.batch_size) + " examples per group and step");
   // The sum of every rank's gradients, divided so that each parameter gets the mean over the
   // data-parallel groups: row-sharded parameters' rank shares add up to their group's gradient,
   // replicated ones are the same on all ranks of a group.
-  std::vector<double> grad_divisors(params.size(), static_cast<double>(env.world));
+  std::vector<double> grad_divisors(params_.size(), static_cast<double>(env.world));
   {
     std::unordered_set<const void*> rows;
-    if (pairs)
-      for (const at::Tensor& p : model->row_parameters()) rows.insert(p.unsafeGetTensorImpl());
-    for (size_t i = 0; i < params.size(); ++i)
-      if (rows.count(params[i].unsafeGetTensorImpl())) grad_divisors[i] = data_world;
+    if (pairs_)
+      for (const at::Tensor& p : model_->row_parameters()) rows.insert(p.unsafeGetTensorImpl());
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (rows.count(params_[i].unsafeGetTensorImpl())) grad_divisors[i] = data_world;
   }
   // Summed in buckets while backward runs (dist/grad_sync.h).
-  std::optional<dist::GradientSync> grad_sync;
   MF_CHECK(opts.bucket_mb > 0, "--bucket-mb must be > 0, got ", opts.bucket_mb);
-  if (dp) grad_sync.emplace(*dp, params, grad_divisors, static_cast<int64_t>(opts.bucket_mb * (1 << 20)) + 1);
+  if (dp_) grad_sync_.emplace(*dp_, params_, grad_divisors, static_cast<int64_t>(opts.bucket_mb * (1 << 20)) + 1);
 
   int64_t n_params = 0;
-  for (const auto& p : params) n_params += p.numel();
-  say("model: " + std::to_string(cfg.model.n_blocks) + " Pairformer blocks, " +
-      std::to_string(n_params) + " parameters; device " + device.str() +
-      (autocast ? " (bf16 autocast)" : " (fp32)") + "; config " + cfg.name);
+  for (const auto& p : params_) n_params += p.numel();
+  say("model: " + std::to_string(cfg.model.n_blocks) + " Pairformer blocks, " + std::to_string(n_params) +
+      " parameters; device " + device.str() + (autocast ? " (bf16 autocast)" : " (fp32)") + "; config " + cfg.name);
   say(model::memory_plan(cfg.model).describe());
+}
 
+StepOutcome Run::step(const data::Batch& batch, int64_t step, double lr, Progress& progress) {
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  StepOutcome s;
+  try {
+    {
+      AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
+      // AF3 trains with 1..N_cycle trunk passes, drawn per step.
+      const int64_t cycles = 1 + static_cast<int64_t>(mix_seed(cfg.seed ^ kRecycleSalt, step) %
+                                                      static_cast<uint64_t>(cfg.model.recycles));
+      const model::TrunkOutput out = model_->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step), cycles, pairs_.get());
+      const bool confidence = model_->has_confidence() && step % cfg.model.confidence.every == 0;
+      s.loss = model_->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
+    }
+    if (grad_sync_) grad_sync_->prepare();
+    s.loss.total.backward();
+    if (grad_sync_) grad_sync_->finish();
+    s.grad_norm = clip_gradients(params_, cfg.optim);
+    // The mean over the ranks: what is logged, and one finiteness verdict for all of them.
+    s.loss_value = dp_ ? dp_->average(s.loss.total.item<double>()) : s.loss.total.item<double>();
+    if (s.loss.plddt.defined()) last_plddt_ = {s.loss.plddt.item<double>(), s.loss.plddt_target.item<double>()};
+    s.finite = std::isfinite(s.loss_value) && std::isfinite(s.grad_norm);
+    if (s.finite) {
+      optimizer_->step();
+      ema_->update(params_);
+    } else if (!quiet) {
+      progress.message("warning: step " + std::to_string(step + 1) +
+                       " has a non-finite loss or gradient; update skipped");
+    }
+  } catch (const c10::OutOfMemoryError&) {
+    // Checkpoints are written between steps only, so the newest one is whole.
+    throw Error(out_of_memory_advice(cfg, step + 1, device, latest_checkpoint(ckpt_dir.string())));
+  }
+  optimizer_->zero_grad();
+  synchronize(device);
+  return s;
+}
+
+void Run::log(int64_t step, const StepOutcome& s, const data::Batch& batch, double lr, double ms,
+              double data_wait_ms) {
+  if (!metrics_) return;
+  std::map<std::string, double> fields = {
+      {"loss", s.loss_value},
+      {"distogram_loss", s.loss.distogram.item<double>()},
+      {"distogram_accuracy", s.loss.distogram_accuracy.item<double>()},
+      {"lr", lr},
+      {"grad_norm", s.grad_norm},
+      {"tokens_per_s", static_cast<double>(batch.real_tokens()) / (ms / 1e3)},
+      {"step_ms", ms},
+      {"data_wait_ms", data_wait_ms},
+      {"peak_memory_gb", peak_memory_gb(device)},
+      {"skipped", s.finite ? 0.0 : 1.0}};
+  if (grad_sync_) {  // how much of the gradient all-reduce ran while backward did
+    fields["grad_buckets"] = static_cast<double>(grad_sync_->buckets());
+    fields["grad_buckets_during_backward"] = static_cast<double>(grad_sync_->launched_during_backward());
+    fields["grad_buckets_late"] = static_cast<double>(grad_sync_->late_buckets());
+  }
+  if (s.loss.diffusion_mse.defined()) {
+    fields["diffusion_mse"] = s.loss.diffusion_mse.item<double>();
+    fields["smooth_lddt_loss"] = s.loss.smooth_lddt.item<double>();
+  }
+  // The head trains every confidence.every steps: log its latest values.
+  if (last_plddt_) {
+    fields["plddt_loss"] = last_plddt_->first;
+    fields["rollout_lddt"] = last_plddt_->second;
+  }
+  metrics_->write("train", step, fields);
+}
+
+void Run::validate(int64_t step, Progress& progress) {
+  if (ds.validation.empty() || !lead) return;
+  ema_->swap(params_);
+  const Validation v = train::validate(model_, ds, cfg, device, autocast);
+  ema_->swap(params_);
+  std::map<std::string, double> fields = {{"distogram_loss", v.loss}, {"distogram_accuracy", v.accuracy}, {"pairs", v.pairs}};
+  if (v.structures > 0) {
+    fields["lddt_ca"] = v.lddt_ca;
+    fields["lddt_all_atom"] = v.lddt_all;
+    if (model_->has_confidence()) fields["plddt"] = v.plddt;
+  }
+  metrics_->write("validation", step, fields);
+  char line[240];
+  std::snprintf(line, sizeof(line), "validation step %lld: distogram loss %.4f accuracy %.4f", static_cast<long long>(step),
+                v.loss, v.accuracy);
+  std::string text = line;
+  if (v.structures > 0) {
+    std::snprintf(line, sizeof(line), "; sampled structures: lDDT-CA %.4f, all-atom lDDT %.4f", v.lddt_ca, v.lddt_all);
+    text += line;
+    if (model_->has_confidence()) {
+      std::snprintf(line, sizeof(line), ", mean pLDDT %.1f", v.plddt);
+      text += line;
+    }
+  }
+  text += " (EMA weights)";
+  if (!quiet) progress.message(text);
+}
+
+void Run::checkpoint(int64_t step) {
+  if (!lead) return;
+  const CheckpointMeta meta{step, cfg.seed, to_json(cfg)};
+  save_checkpoint(ckpt_dir.string(), meta, *model_, ema_->shadow(), *optimizer_, cfg.keep_checkpoints);
+}
+
+bool Run::stop_requested() {
+  // The same answer on every rank (a rank leaving alone would leave the others waiting in a
+  // collective).
+  return dp_ ? dp_->average(g_stop_requested ? 1.0 : 0.0) > 0 : static_cast<bool>(g_stop_requested);
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
+  Run run(cfg_in, opts);
+  const TrainConfig& cfg = run.cfg;
   TrainResult result;
   std::vector<double> losses, step_ms;
-  Progress progress(start, cfg.steps);
+  Progress progress(run.start, cfg.steps);
   StopSignals signals;
-  auto checkpoint = [&](int64_t step) {
-    if (!lead) return;
-    CheckpointMeta meta{step, cfg.seed, to_json(cfg)};
-    save_checkpoint(ckpt_dir.string(), meta, *model, ema.shadow(), optimizer, cfg.keep_checkpoints);
-  };
-  auto run_validation = [&](int64_t step) {
-    if (ds.validation.empty() || !lead) return;
-    ema.swap(params);
-    const Validation v = validate(model, ds, cfg, device, autocast);
-    ema.swap(params);
-    std::map<std::string, double> fields = {
-        {"distogram_loss", v.loss}, {"distogram_accuracy", v.accuracy}, {"pairs", v.pairs}};
-    if (v.structures > 0) {
-      fields["lddt_ca"] = v.lddt_ca;
-      fields["lddt_all_atom"] = v.lddt_all;
-      if (model->has_confidence()) fields["plddt"] = v.plddt;
-    }
-    metrics->write("validation", step, fields);
-    char line[240];
-    std::snprintf(line, sizeof(line), "validation step %lld: distogram loss %.4f accuracy %.4f", static_cast<long long>(step),
-                  v.loss, v.accuracy);
-    std::string text = line;
-    if (v.structures > 0) {
-      std::snprintf(line, sizeof(line), "; sampled structures: lDDT-CA %.4f, all-atom lDDT %.4f", v.lddt_ca, v.lddt_all);
-      text += line;
-      if (model->has_confidence()) {
-        std::snprintf(line, sizeof(line), ", mean pLDDT %.1f", v.plddt);
-        text += line;
-      }
-    }
-    text += " (EMA weights)";
-    if (!quiet) progress.message(text);
-  };
 
-  reset_peak_memory(device);
+  reset_peak_memory(run.device);
   // Batches are built ahead on loader threads; batch k depends on (seed, k) only.
-  data::BatchPrefetcher batches([&](int64_t k) { return training_batch(ds, cfg, cfg.seed, k, data_rank, data_world); },
-                                start, cfg.steps,
-                                static_cast<int>(cfg.data.workers), static_cast<int>(cfg.data.prefetch),
-                                device.is_cuda());
-  data::DeviceBatches device_batches(batches, device, cfg.steps - start);
-  int64_t step = start;
-  std::optional<std::pair<double, double>> last_plddt;  // pLDDT loss and rollout lDDT
-  // A stop request ends the loop on every rank at the same step (a rank leaving alone would
-  // leave the others waiting in a collective).
+  data::BatchPrefetcher batches(
+      [&](int64_t k) { return training_batch(run.ds, cfg, cfg.seed, k, run.data_rank, run.data_world); }, run.start,
+      cfg.steps, static_cast<int>(cfg.data.workers), static_cast<int>(cfg.data.prefetch), run.device.is_cuda());
+  data::DeviceBatches device_batches(batches, run.device, cfg.steps - run.start);
+  int64_t step = run.start;
   bool stopped = false;
-  auto stop_now = [&] {
-    stopped = dp ? dp->average(g_stop_requested ? 1.0 : 0.0) > 0 : static_cast<bool>(g_stop_requested);
-    return stopped;
-  };
-  while (step < cfg.steps && !stop_now()) {
+  while (step < cfg.steps && !(stopped = run.stop_requested())) {
     const auto t0 = std::chrono::steady_clock::now();
     const double waited = batches.wait_seconds();
     const data::Batch batch = device_batches.next();
     const double data_wait_ms = (batches.wait_seconds() - waited) * 1e3;
     const double lr = learning_rate(cfg.optim, step);
-    for (auto& group : optimizer.param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-
-    model::Losses loss;
-    double grad_norm = 0, loss_value = 0;
-    bool finite = false;
-    try {
-      {
-        AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
-        // AF3 trains with 1..N_cycle trunk passes, drawn per step.
-        const int64_t cycles = 1 + static_cast<int64_t>(mix_seed(cfg.seed ^ kRecycleSalt, step) %
-                                                        static_cast<uint64_t>(cfg.model.recycles));
-        const model::TrunkOutput out =
-            model->forward(batch, mix_seed(cfg.seed ^ kDropoutSalt, step), cycles, pairs.get());
-        const bool confidence = model->has_confidence() && step % cfg.model.confidence.every == 0;
-        loss = model->loss(batch, out, mix_seed(cfg.seed ^ kNoiseSalt, step), confidence);
-      }
-      if (grad_sync) grad_sync->prepare();
-      loss.total.backward();
-      if (grad_sync) grad_sync->finish();
-      grad_norm = clip_gradients(params, cfg.optim);
-      // The mean over the ranks: what is logged, and one finiteness verdict for all of them.
-      loss_value = dp ? dp->average(loss.total.item<double>()) : loss.total.item<double>();
-      if (loss.plddt.defined()) last_plddt = {loss.plddt.item<double>(), loss.plddt_target.item<double>()};
-      finite = std::isfinite(loss_value) && std::isfinite(grad_norm);
-      if (finite) {
-        optimizer.step();
-        ema.update(params);
-      } else if (!quiet) {
-        progress.message("warning: step " + std::to_string(step + 1) +
-                         " has a non-finite loss or gradient; update skipped");
-      }
-    } catch (const c10::OutOfMemoryError&) {
-      // Checkpoints are written between steps only, so the newest one is whole.
-      throw Error(out_of_memory_advice(cfg, step + 1, device, latest_checkpoint(ckpt_dir.string())));
-    }
-    optimizer.zero_grad();
-    synchronize(device);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const StepOutcome s = run.step(batch, step, lr, progress);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ++step;
-    losses.push_back(loss_value);
+    losses.push_back(s.loss_value);
     step_ms.push_back(ms);
 
     const bool log_now = step % cfg.log_every == 0 || step == cfg.steps;
-    if (log_now) {
-      std::map<std::string, double> fields = {
-          {"loss", loss_value},
-          {"distogram_loss", loss.distogram.item<double>()},
-          {"distogram_accuracy", loss.distogram_accuracy.item<double>()},
-          {"lr", lr},
-          {"grad_norm", grad_norm},
-          {"tokens_per_s", static_cast<double>(batch.real_tokens()) / (ms / 1e3)},
-          {"step_ms", ms},
-          {"data_wait_ms", data_wait_ms},
-          {"peak_memory_gb", peak_memory_gb(device)},
-          {"skipped", finite ? 0.0 : 1.0}};
-      if (grad_sync) {  // how much of the gradient all-reduce ran while backward did
-        fields["grad_buckets"] = static_cast<double>(grad_sync->buckets());
-        fields["grad_buckets_during_backward"] = static_cast<double>(grad_sync->launched_during_backward());
-        fields["grad_buckets_late"] = static_cast<double>(grad_sync->late_buckets());
-      }
-      if (loss.diffusion_mse.defined()) {
-        fields["diffusion_mse"] = loss.diffusion_mse.item<double>();
-        fields["smooth_lddt_loss"] = loss.smooth_lddt.item<double>();
-      }
-      // The head trains every confidence.every steps: log its latest values.
-      if (last_plddt) {
-        fields["plddt_loss"] = last_plddt->first;
-        fields["rollout_lddt"] = last_plddt->second;
-      }
-      if (metrics) metrics->write("train", step, fields);
-    }
-    if (!quiet) {
+    if (log_now) run.log(step, s, batch, lr, ms, data_wait_ms);
+    if (!run.quiet) {
       const size_t w = std::min<size_t>(step_ms.size(), 20);
       const double recent_ms = mean(step_ms, step_ms.size() - w, step_ms.size());
-      progress.update(step, loss_value, lr, 1e3 / recent_ms, log_now);
+      progress.update(step, s.loss_value, lr, 1e3 / recent_ms, log_now);
     }
-    if (cfg.val_every > 0 && step % cfg.val_every == 0 && step != cfg.steps) run_validation(step);
-    if (step % cfg.checkpoint_every == 0 && step != cfg.steps) checkpoint(step);
+    if (cfg.val_every > 0 && step % cfg.val_every == 0 && step != cfg.steps) run.validate(step, progress);
+    if (step % cfg.checkpoint_every == 0 && step != cfg.steps) run.checkpoint(step);
   }
-  if (stopped && !quiet) progress.message("stop requested: writing a checkpoint");
-  if (step > start || stopped) checkpoint(step);
-  if (step == cfg.steps && step > start && cfg.val_every >= 0) run_validation(step);
-  if (!quiet) progress.finish();
+  if (stopped && !run.quiet) progress.message("stop requested: writing a checkpoint");
+  if (step > run.start || stopped) run.checkpoint(step);
+  if (step == cfg.steps && step > run.start && cfg.val_every >= 0) run.validate(step, progress);
+  if (!run.quiet) progress.finish();
 
-  result.steps_done = step - start;
+  result.steps_done = step - run.start;
   const size_t n = losses.size(), window = std::max<size_t>(1, n / 10);
   result.first_loss = mean(losses, 0, std::min(window, n));
   result.last_loss = mean(losses, n - std::min(window, n), n);
@@ -435,7 +484,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
   } else if (!step_ms.empty()) {
     result.step_ms = step_ms[0];
   }
-  result.peak_gb = peak_memory_gb(device);
+  result.peak_gb = peak_memory_gb(run.device);
   return result;
 }
 
