@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fused Pairformer operators side by side (issue 4), B=1, bf16, fwd and fwd+bwd medians on
+"""Fused Pairformer operators side by side, B=1, bf16, fwd and fwd+bwd medians on
 the pair representation x [1, N, N, 128]: PyTorch eager, torch.compile of the same eager
 code, and megafold's op (its CUDA kernels in a CUDA build of the library).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Learning check of the diffusion module (issue 5): overfit one real chain and record the
+"""Learning check of the diffusion module: overfit one real chain and record the
 lDDT of structures sampled from the model (EMA weights) along the way.
 
 Trains `megafold train` with the built-in cpu-diffusion config on a directory holding only

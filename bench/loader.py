@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loader benchmark (issue 6): samples/s of `megafold loader` at 384- and 768-token crops, per
+"""Loader benchmark: samples/s of `megafold dev loader` at 384- and 768-token crops, per
 sample from raw structure files (parsed each time) and from a feature cache (memory-mapped each
 time), on this host; plus the cache build throughput. Rows go to bench/results/loader.json
 (mode, crop, samples_per_s, host, ...), merged with other hosts' rows.
@@ -35,7 +35,7 @@ def measure(args):
                      "files_per_s_per_core": inputs_per_s / args.workers, "workers": args.workers})
         for crop in (384, 768):
             for mode, data in (("raw", ROOT / "data/pdb"), ("cache", cache)):
-                r = subprocess.run([args.bin, "loader", "--data", str(data), "--crop", str(crop), "--samples",
+                r = subprocess.run([args.bin, "dev", "loader", "--data", str(data), "--crop", str(crop), "--samples",
                                     str(args.samples), "--workers", str(args.workers)],
                                    capture_output=True, text=True, check=True)
                 rows.append(json.loads(r.stdout))

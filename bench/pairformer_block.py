@@ -3,10 +3,10 @@
 4 heads x 32, single attention 16 heads x 24, transitions n=4, dropout 0.25 row/column-wise),
 forward + backward on random inputs, bf16 autocast over fp32 residual streams, side by side:
 
-  megafold-kernel     our C++ model's block (`megafold block`), CUDA kernels where registered
+  megafold-kernel     our C++ model's block (`megafold dev block`), CUDA kernels where registered
   megafold-reference  the same block with every op on its ATen reference (the "before")
   megafold-kernel-rows  megafold-kernel with the pair stack on its row-sharded path, one rank
-                      (issue 7: the cost of that path at P = 1; not in the default list)
+                      (the cost of that path at P = 1; not in the default list)
   megafold-kernel-rows-pP  the pair rows sharded over P ranks, one GPU each (NCCL): a step takes
                       as long as the slowest rank, peak memory is the fullest rank's
   eager               the same block written in plain PyTorch below
@@ -202,7 +202,7 @@ def megafold_block(binary, n, impl, steps, warmup):
     parts = impl.split("-")[1:]
     ops, path = parts[0], parts[1] if len(parts) > 1 else "plain"
     ranks = parts[2].removeprefix("p") if len(parts) > 2 else "1"
-    out = subprocess.run([binary, "block", "--n", str(n), "--steps", str(steps), "--warmup", str(warmup),
+    out = subprocess.run([binary, "dev", "block", "--n", str(n), "--steps", str(steps), "--warmup", str(warmup),
                           "--ops", ops, "--pair-path", path] + (["--nproc", ranks] if ranks != "1" else []),
                          capture_output=True, text=True, check=True).stdout
     row = json.loads(out.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Communication and memory model of a sharded Pairformer trunk (issue 7), before any of it runs.
+"""Communication and memory model of a sharded Pairformer trunk, before any of it runs.
 
 For a trunk of AF3 size (48 Pairformer blocks, c_z = 128, TriMul hidden c = 128, triangle
 attention 4 heads x 32, pair transition n = 4, bf16 activations, fp32 residual stream, one

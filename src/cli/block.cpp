@@ -1,4 +1,4 @@
-// `megafold block`: forward and forward + backward time and peak memory of one Pairformer block (AF3 Alg.
+// `megafold dev block`: forward and forward + backward time and peak memory of one Pairformer block (AF3 Alg.
 // 17) of this C++ model, as the trainer runs it (training mode with dropout, bf16 autocast on
 // GPU with fp32 residual streams), at a given token count. --ops reference runs every op on
 // its ATen reference instead of the CUDA kernels: the before/after of a kernel. With several
@@ -45,7 +45,7 @@ int block_main(const std::vector<std::string>& argv) {
   };
   const Args args(argv, specs);
   if (args.has("help")) {
-    std::cout << usage("block",
+    std::cout << usage("dev block",
                        "Time one Pairformer block (c_s 384, c_z 128, AF3 heads and widths) forward and "
                        "backward on random inputs and print one JSON line: median and min ms per step and "
                        "peak memory.",
@@ -55,7 +55,7 @@ int block_main(const std::vector<std::string>& argv) {
   if (args.has("nproc")) {
     const int64_t p = args.get_int("nproc", 1);
     MF_CHECK(p >= 1 && p <= 64, "--nproc must lie in [1, 64], got ", p);
-    return run_local_ranks("block", static_cast<int>(p), without_nproc(argv));
+    return run_local_ranks("dev block", static_cast<int>(p), without_nproc(argv));
   }
   const int64_t n = args.get_int("n", 384);
   const int64_t steps = args.get_int("steps", 20);

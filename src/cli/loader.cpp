@@ -1,4 +1,4 @@
-// `megafold loader`: how fast the loader turns inputs into training batches, per sample from
+// `megafold dev loader`: how fast the loader turns inputs into training batches, per sample from
 // raw structure files (parse every time) or from a feature cache (memory-map every time).
 #include <chrono>
 #include <cstdio>
@@ -26,7 +26,7 @@ int loader_main(const std::vector<std::string>& argv) {
   };
   const Args args(argv, specs);
   if (args.has("help")) {
-    std::cout << usage("loader",
+    std::cout << usage("dev loader",
                        "Measure loader throughput: each sample reads its entry (parsing a structure file, or "
                        "memory-mapping a cache entry), draws the AF3 crop mix and builds a padded batch, on "
                        "--workers threads ahead of a consumer that only takes them. Prints samples/s.",

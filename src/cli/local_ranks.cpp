@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -50,7 +51,12 @@ int run_local_ranks(const std::string& command, int n, const std::vector<std::st
                                {"WORLD_SIZE", std::to_string(n)}, {"LOCAL_RANK", std::to_string(rank)},
                                {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}})
       env.push_back(k + "=" + v);
-    std::vector<std::string> argv = {self, command};
+    std::vector<std::string> argv = {self};
+    for (size_t at = 0; at < command.size();) {  // the command's words
+      const size_t space = std::min(command.find(' ', at), command.size());
+      argv.push_back(command.substr(at, space - at));
+      at = space + 1;
+    }
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargv, cenv;
     for (std::string& a : argv) cargv.push_back(a.data());

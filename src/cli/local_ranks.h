@@ -1,5 +1,6 @@
 #pragma once
-// --nproc N: run `megafold <command> <args>` as ranks 0..N-1 of one job on this machine
+// --nproc N: run `megafold <command> <args>` (command: one or more words, e.g. "dev block") as
+// ranks 0..N-1 of one job on this machine
 // (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set) and wait
 // for all; the exit code is the first failing rank's (or 0).
 #include <string>

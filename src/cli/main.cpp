@@ -16,13 +16,33 @@ constexpr const char* kUsage =
     "  eval    lDDT of predicted structures over a directory of structures\n"
     "  export  a checkpoint's weights as safetensors keyed by parameter name, with its config\n"
     "  cache   parse structures (and MSAs) once into a feature cache for training\n"
-    "  loader  measure loader throughput (samples/s) from raw files or a cache\n"
-    "  block   time one Pairformer block forward and backward (kernels or references)\n"
-    "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n"
     "  fit     train a workload a few steps at one crop and memory mode: step time, peak memory\n"
     "  memory  per-module memory of a training step of the whole model\n"
-    "  config  the resolved config of a name or file, with --set applied (show), or the built-in names (list)\n\n"
+    "  config  the resolved config of a name or file, with --set applied (show), or the built-in names (list)\n"
+    "  dev     benchmarks and verifiers: dev block, dev loader, dev shard-check\n\n"
     "Run 'megafold <command> --help' for the options of a command.\n";
+
+constexpr const char* kDevUsage =
+    "usage: megafold dev <command> [options]\n\n"
+    "benchmarks and verifiers:\n"
+    "  block        time one Pairformer block forward and backward (kernels or references)\n"
+    "  loader       measure loader throughput (samples/s) from raw files or a cache\n"
+    "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n\n"
+    "Run 'megafold dev <command> --help' for its options.\n";
+
+int dev_main(std::vector<std::string> args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kDevUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "block") return megafold::cli::block_main(args);
+  if (command == "loader") return megafold::cli::loader_main(args);
+  if (command == "shard-check") return megafold::cli::shard_check_main(args);
+  std::cerr << "megafold dev: unknown command '" << command << "'\n\n" << kDevUsage;
+  return 2;
+}
 
 }  // namespace
 
@@ -40,9 +60,7 @@ int main(int argc, char** argv) {
     if (command == "predict") return megafold::cli::predict_main(args);
     if (command == "eval") return megafold::cli::eval_main(args);
     if (command == "cache") return megafold::cli::cache_main(args);
-    if (command == "loader") return megafold::cli::loader_main(args);
-    if (command == "block") return megafold::cli::block_main(args);
-    if (command == "shard-check") return megafold::cli::shard_check_main(args);
+    if (command == "dev") return dev_main(args);
     if (command == "fit") return megafold::cli::fit_main(args);
     if (command == "memory") return megafold::cli::memory_main(args);
     if (command == "config") return megafold::cli::config_main(args);

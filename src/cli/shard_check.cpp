@@ -1,5 +1,5 @@
-// `megafold shard-check`: verifies on this job's ranks that the row-sharded pair stack (issue 7,
-// dist/shard.h) reproduces the unsharded one: every rank computes the whole stack forward and
+// `megafold dev shard-check`: verifies on this job's ranks that the row-sharded pair stack
+// (dist/shard.h) reproduces the unsharded one: every rank computes the whole stack forward and
 // backward on the same random inputs, then its own rows through the sharded path, and compares
 // its rows of the output and of the input gradient, and the parameter gradients summed over
 // the ranks. float64 on CPU, dropout on. Also reports what each forward leaves allocated for
@@ -65,7 +65,7 @@ int shard_check_main(const std::vector<std::string>& argv) {
   };
   const Args args(argv, specs);
   if (args.has("help")) {
-    std::cout << usage("shard-check",
+    std::cout << usage("dev shard-check",
                        "Check that the row-sharded pair stack (triangle updates, triangle attention, "
                        "transition) equals the unsharded one on this job's ranks, forward and backward, in "
                        "float64; then a whole Pairformer block as `train --pair-shards` runs it. Prints the "
@@ -76,7 +76,7 @@ int shard_check_main(const std::vector<std::string>& argv) {
   if (args.has("nproc")) {
     const int64_t n = args.get_int("nproc", 1);
     MF_CHECK(n >= 1 && n <= 64, "--nproc must lie in [1, 64], got ", n);
-    return run_local_ranks("shard-check", static_cast<int>(n), without_nproc(argv));
+    return run_local_ranks("dev shard-check", static_cast<int>(n), without_nproc(argv));
   }
   const dist::DistEnv env = dist::dist_env();
   dist::ProcessGroup group(env);

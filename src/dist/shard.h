@@ -1,5 +1,5 @@
 #pragma once
-// Row sharding of the pair representation (issue 7): rank r of a group of P holds rows
+// Row sharding of the pair representation: rank r of a group of P holds rows
 // [r * n, (r + 1) * n) of z [B, N, N, c], n = N / P. Two differentiable collectives move
 // what the row-local ops cannot reach:
 //   gather_rows       the rows of every rank (the projected operands of the N^3 contractions

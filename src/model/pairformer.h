@@ -53,7 +53,7 @@ class PairformerBlockImpl : public torch::nn::Module {
   // pair_rows (optional): in.z holds this rank's rows [B, n, N, c_z] and the pair stack runs its
   // row-sharded path (PairStack::forward_rows); the single track stays replicated, its pair bias
   // projected from the rows and joined (AttentionPairBias::forward_rows). On an unsharded
-  // PairShard this is the path `megafold block --pair-path rows` times against the plain one.
+  // PairShard this is the path `megafold dev block --pair-path rows` times against the plain one.
   PairformerState forward(const PairformerState& in, const at::Tensor& token_mask,
                           const at::Tensor& pair_mask, uint64_t dropout_seed,
                           const dist::PairShard* pair_rows = nullptr);

@@ -310,7 +310,9 @@ TEST(MemoryModes, WholeModelLossAndGradientsFollowTheMode) {
   for (const at::Tensor& g : bal.grads) largest = std::max(largest, g.abs().max().item<double>());
   for (size_t i = 0; i < bal.grads.size(); ++i) {
     const double diff = (fr.grads[i] - bal.grads[i]).abs().max().item<double>();
-    if (diff > 1e-12 * largest) EXPECT_LT(rel_error(fr.grads[i], bal.grads[i]), 1e-9) << i;
+    if (diff > 1e-12 * largest) {
+      EXPECT_LT(rel_error(fr.grads[i], bal.grads[i]), 1e-9) << i;
+    }
   }
   EXPECT_NE(f.loss, bal.loss);
   EXPECT_LT(std::abs(f.loss - bal.loss), std::ldexp(std::abs(f.loss), -8));

@@ -9,10 +9,12 @@ def run(megafold_bin, *args):
 def test_help_everywhere(megafold_bin):
     top = run(megafold_bin, "--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("info", "train", "predict", "eval"))
-    for cmd in ("info", "train", "predict", "eval", "cache", "loader", "block", "shard-check"):
-        r = run(megafold_bin, cmd, "--help")
+    for cmd in ("info", "train", "predict", "eval", "export", "config", "cache", "dev block", "dev loader",
+                "dev shard-check"):
+        r = run(megafold_bin, *cmd.split(), "--help")
         assert r.returncode == 0, cmd
         assert r.stdout.startswith(f"usage: megafold {cmd}"), r.stdout
+    assert "dev block" in run(megafold_bin, "--help").stdout and "shard-check" in run(megafold_bin, "dev").stdout
     assert "--resume" in run(megafold_bin, "train", "--help").stdout
 
 
@@ -45,7 +47,7 @@ def test_cache_and_loader_throughput(megafold_bin, source_dir, tmp_path):
     assert "(0 built, 72 already cached)" in again.stdout
     import json
     for data in (source_dir / "data/pdb", cache):
-        r = run(megafold_bin, "loader", "--data", str(data), "--crop", "64", "--samples", "20", "--workers", "2")
+        r = run(megafold_bin, "dev", "loader", "--data", str(data), "--crop", "64", "--samples", "20", "--workers", "2")
         assert r.returncode == 0, r.stderr
         row = json.loads(r.stdout)
         assert row["mode"] == ("cache" if data == cache else "raw") and row["samples_per_s"] > 0
@@ -57,16 +59,16 @@ def test_block_timing(megafold_bin):
     cases = (("kernel", "plain", "megafold-kernel"), ("reference", "plain", "megafold-reference"),
              ("kernel", "rows", "megafold-kernel-rows"))
     for ops, path, _ in cases:
-        r = run(megafold_bin, "block", "--n", "24", "--steps", "2", "--warmup", "1", "--ops", ops,
+        r = run(megafold_bin, "dev", "block", "--n", "24", "--steps", "2", "--warmup", "1", "--ops", ops,
                 "--pair-path", path, "--device", "cpu")
         assert r.returncode == 0, r.stderr
         rows.append(json.loads(r.stdout))
     for row, (_, _, impl) in zip(rows, cases):
         assert row["impl"] == impl and row["n"] == 24 and row["c_z"] == 128
         assert 0 < row["fwd_ms"] <= row["fwdbwd_ms"] and row["peak_gb"] > 0
-    r = run(megafold_bin, "block", "--ops", "fast")
+    r = run(megafold_bin, "dev", "block", "--ops", "fast")
     assert r.returncode == 1 and "--ops must be kernel or reference" in r.stderr
-    r = run(megafold_bin, "block", "--pair-path", "cols")
+    r = run(megafold_bin, "dev", "block", "--pair-path", "cols")
     assert r.returncode == 1 and "--pair-path must be plain or rows" in r.stderr
 
 

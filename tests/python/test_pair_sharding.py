@@ -1,4 +1,4 @@
-"""Row sharding of the pair stack over Gloo in several processes (`megafold shard-check`): each
+"""Row sharding of the pair stack over Gloo in several processes (`megafold dev shard-check`): each
 rank's rows of the output, of the input gradient, and the parameter gradients summed over the
 ranks equal the unsharded stack's, in float64 with dropout on, for P in {2, 4}; and what a rank
 keeps for backward is ~1/P of what the unsharded stack keeps. The same for a whole Pairformer
@@ -27,7 +27,7 @@ REPLICATED = 0.03
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_sharded_pair_stack_equals_unsharded(megafold_bin, ranks):
-    r = subprocess.run([megafold_bin, "shard-check", "--nproc", str(ranks), "--n", str(N), "--c-z", str(C_Z),
+    r = subprocess.run([megafold_bin, "dev", "shard-check", "--nproc", str(ranks), "--n", str(N), "--c-z", str(C_Z),
                         "--tol", TOL, "--seed", str(ranks)], capture_output=True, text=True, timeout=300)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     assert r.returncode == 0 and len(lines) == 1, (r.returncode, r.stdout, r.stderr)
@@ -43,7 +43,7 @@ def test_sharded_pair_stack_equals_unsharded(megafold_bin, ranks):
 
 
 def test_rows_must_split_evenly(megafold_bin):
-    r = subprocess.run([megafold_bin, "shard-check", "--nproc", "2", "--n", "25"],
+    r = subprocess.run([megafold_bin, "dev", "shard-check", "--nproc", "2", "--n", "25"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "25 tokens do not split into 2 equal row blocks" in r.stderr, r.stderr
@@ -117,13 +117,13 @@ def test_two_gpus_over_nccl_train_as_one(megafold_bin, source_dir, tmp_path, sha
 
 
 def test_block_timing_on_sharded_ranks(megafold_bin):
-    """`megafold block --nproc P` (the multi-GPU measurement of the sharded block) runs its ranks
+    """`megafold dev block --nproc P` (the multi-GPU measurement of the sharded block) runs its ranks
     and reports one row for all of them; the tokens must split evenly."""
-    r = subprocess.run([megafold_bin, "block", "--nproc", "2", "--n", "8", "--device", "cpu", "--steps", "2",
+    r = subprocess.run([megafold_bin, "dev", "block", "--nproc", "2", "--n", "8", "--device", "cpu", "--steps", "2",
                         "--warmup", "1"], capture_output=True, text=True, timeout=300, check=True)
     row = json.loads(r.stdout.strip().splitlines()[-1])
     assert row["impl"] == "megafold-kernel-rows-p2" and row["ranks"] == 2 and row["n"] == 8, row
     assert 0 < row["fwd_ms"] <= row["fwdbwd_ms"], row
-    bad = subprocess.run([megafold_bin, "block", "--nproc", "2", "--n", "7", "--device", "cpu", "--steps", "1"],
+    bad = subprocess.run([megafold_bin, "dev", "block", "--nproc", "2", "--n", "7", "--device", "cpu", "--steps", "1"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "7 tokens do not split into 2 equal row blocks" in bad.stderr, bad.stderr

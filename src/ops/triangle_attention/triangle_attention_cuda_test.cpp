@@ -161,7 +161,7 @@ TEST_F(TriangleAttentionCuda, StridedViewsReadInPlace) {
 namespace megafold::ops {
 namespace {
 
-// `megafold block --ops reference` relies on this: with the switch on, the op entry point is the
+// `megafold dev block --ops reference` relies on this: with the switch on, the op entry point is the
 // ATen reference (bitwise), and off again it is the kernel (which rounds differently).
 TEST_F(TriangleAttentionCuda, ReferenceSwitchRoutesToTheReference) {
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
