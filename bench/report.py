@@ -107,53 +107,45 @@ def block_table():
 
 ATTENTION_IMPLS = [("megafold", "megafold kernels"), ("flex", "FlexAttention (torch.compile)"),
                    ("cueq", "cuEquivariance"), ("compile", "torch.compile"), ("eager", "PyTorch eager")]
-
-
-def attention_table():
-    d = load("triangle_attention")
-    ns = sorted({r["n"] for r in d["rows"]})
-    by = {(r["impl"], r["n"]): r for r in d["rows"]}
-    lines = [f"`bench/results/triangle_attention.json`, {d['gpu']}, one run at {d['commit']}: fwd+bwd median, "
-             "B=1, H=4, d=32, bf16.", "",
-             "| impl | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
-    impls = [(i, label) for i, label in ATTENTION_IMPLS if any((i, n) in by for n in ns)]
-    best = {n: min(by[(i, n)]["fwdbwd_ms"] for i, _ in impls if "fwdbwd_ms" in by.get((i, n), {})) for n in ns}
-    for impl, label in impls:
-        cells = []
-        for n in ns:
-            r = by.get((impl, n), {})
-            t = r.get("fwdbwd_ms")
-            cells.append("" if t is None else f"**{t:.2f} ms**" if t == best[n] else f"{t:.2f} ms")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 PERF_ATTENTION_IMPLS = [("megafold", "**megafold kernels** (TMA + wgmma forward, dQ, bias gradient; mma.sync dK/dV)"),
                         ("flex", "FlexAttention (compiled), bias score_mod"),
                         ("cueq", "cuEquivariance 0.13 `triangle_attention`"), ("sdpa", "SDPA, bias as attn_mask"),
                         ("compile", "torch.compile (eager code)"), ("eager", "PyTorch eager")]
 
 
-def attention_memory_table():
-    """docs/performance.md: fwd+bwd time / peak extra memory of every implementation."""
+def attention_rows(implementations, with_memory):
+    """Rows of fwd+bwd time per implementation and N (fastest bold), with peak memory when asked."""
     d = load("triangle_attention")
     ns = sorted({r["n"] for r in d["rows"]})
     by = {(r["impl"], r["n"]): r for r in d["rows"]}
-    impls = [(i, label) for i, label in PERF_ATTENTION_IMPLS if any((i, n) in by for n in ns)]
+    impls = [(i, label) for i, label in implementations if any((i, n) in by for n in ns)]
     best = {n: min(by[(i, n)]["fwdbwd_ms"] for i, _ in impls if "fwdbwd_ms" in by.get((i, n), {})) for n in ns}
-    lines = [f"{d['gpu']}, one run at {d['commit']} ({d['date'][:10]}); fwd+bwd median / peak extra memory.", "",
-             "| impl | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+    lines = ["| impl | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
     for impl, label in impls:
         cells = []
         for n in ns:
             r = by.get((impl, n), {})
             if "fwdbwd_ms" not in r:
-                cells.append(r.get("error", ""))
+                cells.append(r.get("error", "") if with_memory else "")
                 continue
             t = f"{r['fwdbwd_ms']:.2f} ms"
-            cells.append(f"{'**' + t + '**' if r['fwdbwd_ms'] == best[n] else t} / {r['peak_gb']:.2f} GB")
+            t = f"**{t}**" if r["fwdbwd_ms"] == best[n] else t
+            cells.append(f"{t} / {r['peak_gb']:.2f} GB" if with_memory else t)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return d, lines
+
+
+def attention_table():
+    d, rows = attention_rows(ATTENTION_IMPLS, with_memory=False)
+    return "\n".join([f"`bench/results/triangle_attention.json`, {d['gpu']}, one run at {d['commit']}: fwd+bwd median, "
+                      "B=1, H=4, d=32, bf16.", ""] + rows)
+
+
+def attention_memory_table():
+    """docs/performance.md: fwd+bwd time / peak extra memory of every implementation."""
+    d, rows = attention_rows(PERF_ATTENTION_IMPLS, with_memory=True)
+    return "\n".join([f"{d['gpu']}, one run at {d['commit']} ({d['date'][:10]}); fwd+bwd median / peak extra memory.",
+                      ""] + rows)
 
 
 TABLES = {"memory": memory_table, "block": block_table, "attention": attention_table}

@@ -48,14 +48,15 @@ int export_main(const std::vector<std::string>& argv) {
     if (!args.has(required)) throw Error(std::string("--") + required + " is required (see --help)");
   const std::string checkpoint = *args.get("checkpoint");
   const std::filesystem::path out = *args.get("out");
-  const train::CheckpointMeta meta = train::read_checkpoint_meta(checkpoint);
+  train::CheckpointReader reader(checkpoint);  // read once: the config, then both weight sets
+  const train::CheckpointMeta& meta = reader.meta();
   const train::TrainConfig cfg = train::parse_config(meta.config_json, checkpoint);
   std::filesystem::create_directories(out);
   const std::map<std::string, std::string> info = {
       {"format", "pt"}, {"step", std::to_string(meta.step)}, {"config", cfg.name}, {"source", checkpoint}};
   model::MegaFold model(cfg.model);
   for (const bool ema : {false, true}) {
-    train::load_weights(checkpoint, *model, ema);
+    reader.load_weights(*model, ema);
     auto meta_of = info;
     meta_of["weights"] = ema ? "ema" : "training";
     write_safetensors((out / (ema ? "ema.safetensors" : "model.safetensors")).string(), named_tensors(*model), meta_of);

@@ -15,8 +15,9 @@
 namespace megafold::infer {
 namespace {
 
-train::TrainConfig checkpoint_config(const std::string& path, const PredictOptions& opts) {
-  train::TrainConfig cfg = train::parse_config(train::read_checkpoint_meta(path).config_json, path, opts.set);
+train::TrainConfig checkpoint_config(const train::CheckpointReader& reader, const std::string& path,
+                                     const PredictOptions& opts) {
+  train::TrainConfig cfg = train::parse_config(reader.meta().config_json, path, opts.set);
   MF_CHECK(cfg.model.diffusion.samples > 0, path,
            ": this checkpoint has no diffusion module (trained with model.diffusion.samples = 0), so it "
            "cannot predict structures; train with a config that enables it (e.g. cpu-diffusion)");
@@ -27,10 +28,14 @@ train::TrainConfig checkpoint_config(const std::string& path, const PredictOptio
 }  // namespace
 
 Predictor::Predictor(const std::string& checkpoint, const PredictOptions& opts)
-    : cfg_(checkpoint_config(checkpoint, opts)), device_(train::resolve_device(opts.device)) {
+    : Predictor(train::CheckpointReader(checkpoint), checkpoint, opts) {}
+
+Predictor::Predictor(train::CheckpointReader reader, const std::string& checkpoint, const PredictOptions& opts)
+    : cfg_(checkpoint_config(reader, checkpoint, opts)), device_(train::resolve_device(opts.device)) {
   autocast_ = device_.is_cuda() && cfg_.bf16;
   model_ = model::MegaFold(cfg_.model);
-  step_ = train::load_weights(checkpoint, *model_, opts.ema).step;
+  reader.load_weights(*model_, opts.ema);
+  step_ = reader.meta().step;
   model_->to(device_);
   model_->eval();
 }

@@ -10,6 +10,7 @@
 
 #include "data/structure.h"
 #include "model/model.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace megafold::infer {
@@ -42,6 +43,9 @@ class Predictor {
   const c10::Device& device() const { return device_; }
 
  private:
+  // The checkpoint read once for both its config and its weights.
+  Predictor(train::CheckpointReader reader, const std::string& checkpoint, const PredictOptions& opts);
+
   train::TrainConfig cfg_;
   int64_t step_ = 0;
   c10::Device device_;

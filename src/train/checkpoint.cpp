@@ -119,15 +119,32 @@ std::vector<at::Tensor> read_ema(torch::serialize::InputArchive& archive, torch:
 
 }  // namespace
 
-CheckpointMeta read_checkpoint_meta(const std::string& path) {
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   try {
-    torch::serialize::InputArchive archive;
-    archive.load_from(path);
-    return read_meta(archive);
+    archive_.load_from(path, at::Device(at::kCPU));  // a GPU run's checkpoint loads anywhere
+    meta_ = read_meta(archive_);
   } catch (const std::exception& ex) {
     corrupt(path, ex);
   }
 }
+
+void CheckpointReader::load_weights(torch::nn::Module& model, bool ema) {
+  try {
+    torch::serialize::InputArchive model_archive;
+    archive_.read("model", model_archive);
+    model.load(model_archive);
+    if (ema) {
+      const std::vector<at::Tensor> stored = read_ema(archive_, model);
+      at::NoGradGuard no_grad;
+      const std::vector<at::Tensor> params = model.parameters();
+      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(stored[i]);
+    }
+  } catch (const std::exception& ex) {
+    corrupt(path_, ex);
+  }
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) { return CheckpointReader(path).meta(); }
 
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
                                std::vector<at::Tensor>& ema, torch::optim::Optimizer& optimizer) {
@@ -150,23 +167,9 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
 }
 
 CheckpointMeta load_weights(const std::string& path, torch::nn::Module& model, bool ema) {
-  CheckpointMeta meta;
-  try {
-    torch::serialize::InputArchive archive, model_archive;
-    archive.load_from(path, at::Device(at::kCPU));  // a GPU run's checkpoint loads anywhere
-    archive.read("model", model_archive);
-    model.load(model_archive);
-    if (ema) {
-      const std::vector<at::Tensor> stored = read_ema(archive, model);
-      at::NoGradGuard no_grad;
-      const std::vector<at::Tensor> params = model.parameters();
-      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(stored[i]);
-    }
-    meta = read_meta(archive);
-  } catch (const std::exception& ex) {
-    corrupt(path, ex);
-  }
-  return meta;
+  CheckpointReader reader(path);
+  reader.load_weights(model, ema);
+  return reader.meta();
 }
 
 }  // namespace megafold::train

@@ -8,6 +8,7 @@
 // and the seed are the whole RNG/data-order state (core/seed.h).
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
 
 #include <cstdint>
 #include <optional>
@@ -37,6 +38,22 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 // config). Throws megafold::Error naming the file on a corrupt or mismatched checkpoint.
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
                                std::vector<at::Tensor>& ema, torch::optim::Optimizer& optimizer);
+
+// A checkpoint read once: its meta (whose config builds the model), then the weights. For
+// callers that need both, or both weight sets (export), without reading the file again.
+class CheckpointReader {
+ public:
+  // Throws megafold::Error naming the file when it cannot be read.
+  explicit CheckpointReader(const std::string& path);
+  const CheckpointMeta& meta() const { return meta_; }
+  // The training weights (ema false) or their EMA into `model`, built with meta()'s config.
+  void load_weights(torch::nn::Module& model, bool ema);
+
+ private:
+  std::string path_;
+  torch::serialize::InputArchive archive_;
+  CheckpointMeta meta_;
+};
 
 // Loads only the model's weights for inference: the EMA weights when `ema` (what validation
 // reports and prediction uses), else the raw training weights. The model must be built with

@@ -349,23 +349,30 @@ std::string default_config_name(bool cuda_available) {
   return cuda_available ? "gpu-small" : "cpu-tiny";
 }
 
-TrainConfig parse_config(const std::string& json_text, const std::string& origin,
-                         const std::vector<std::string>& assignments) {
+namespace {
+
+// A config object resolved (base chain, its keys, then the assignments) and validated; `dir`
+// is where a relative base path is looked up.
+TrainConfig resolve(const json& j, const std::string& origin, const fs::path& dir,
+                    const std::vector<std::string>& assignments) {
   TrainConfig c;
-  apply(parse_json(json_text, origin), c, origin, 0, fs::current_path());
+  apply(j, c, origin, 0, dir);
   apply_assignments(c, assignments);
   validate(c, assignments.empty() ? origin : origin + " with --set");
   return c;
 }
 
+}  // namespace
+
+TrainConfig parse_config(const std::string& json_text, const std::string& origin,
+                         const std::vector<std::string>& assignments) {
+  return resolve(parse_json(json_text, origin), origin, fs::current_path(), assignments);
+}
+
 TrainConfig load_config(const std::string& file_or_name, const std::vector<std::string>& assignments) {
   if (fs::is_regular_file(file_or_name)) {
     const fs::path path(file_or_name);
-    TrainConfig c;
-    apply(parse_json(read_text(path), file_or_name), c, file_or_name, 0, path.parent_path());
-    apply_assignments(c, assignments);
-    validate(c, assignments.empty() ? file_or_name : file_or_name + " with --set");
-    return c;
+    return resolve(parse_json(read_text(path), file_or_name), file_or_name, path.parent_path(), assignments);
   }
   const auto& builtin = builtin_configs();
   auto it = builtin.find(file_or_name);
