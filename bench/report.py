@@ -71,19 +71,22 @@ BLOCK_IMPLS = [
 
 
 def block_table():
+    """One row per implementation and commit: the baselines and ours of one run side by side,
+    and ours again at any later commit (labelled with it)."""
     d = load("pairformer_block")
     ns = sorted({r["n"] for r in d["rows"]})
-    newest = {}
-    for r in d["rows"]:  # per (impl, n): the row of the file's newest commit, else the first seen
-        key = (r["impl"], r["n"])
-        if key not in newest or r.get("commit") == d["commit"]:
-            newest[key] = r
-    commits = sorted({r.get("commit", d["commit"]) for r in newest.values()})
-    lines = [f"`bench/results/pairformer_block.json`, {d['gpu']}, fwd+bwd median / peak (commits "
-             f"{', '.join(commits)}; each row's in the JSON):", "",
+    by = {}
+    for r in d["rows"]:
+        by.setdefault((r["impl"], r.get("commit", d["commit"])), {}).setdefault(r["n"], r)
+    lines = [f"`bench/results/pairformer_block.json`, {d['gpu']}, fwd+bwd median / peak; the commit of each "
+             "run in brackets:", "",
              "| block | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
-    rows = [(label, [newest.get((impl, n)) for n in ns]) for impl, label in BLOCK_IMPLS
-            if any((impl, n) in newest for n in ns)]
+    # The run with the most implementations (the side-by-side one) first, later runs of ours after.
+    runs = [c for _, c in by]
+    main_run = max(set(runs), key=runs.count)
+    rows = [(f"{label} [{commit}]", [cells.get(n) for n in ns])
+            for impl, label in BLOCK_IMPLS
+            for (i, commit), cells in sorted(by.items(), key=lambda kv: kv[0][1] != main_run) if i == impl]
     for col, n in enumerate(ns):  # bold the fastest per size
         times = [r[col]["fwdbwd_ms"] if r[col] and "fwdbwd_ms" in r[col] else None for _, r in rows]
         best = min(t for t in times if t is not None)
