@@ -1,9 +1,9 @@
 #pragma once
-// Hopper (sm_90a) pieces in inline PTX: mbarriers, bulk tensor (TMA) tile loads into shared
-// memory, and warpgroup matrix multiply-accumulate (wgmma) with shared-memory matrix
-// descriptors. Device code using them compiles to nothing unless the pass targets sm_90a
-// (MEGAFOLD_SM90A_DEVICE); host code decides at run time whether those kernels exist and the
-// GPU can run them (ops/device_caps.h).
+// Hopper (sm_90a) pieces in inline PTX: mbarriers, named barriers, bulk tensor (TMA) copies
+// between global and shared memory, and warpgroup matrix multiply-accumulate (wgmma) with
+// shared-memory matrix descriptors. Device code using them compiles to nothing unless the
+// pass targets sm_90a (MEGAFOLD_SM90A_DEVICE); host code decides at run time whether those
+// kernels exist and the GPU can run them (ops/hopper/sm90.h).
 //
 // Shared-memory operands use the swizzled layouts that TMA writes and wgmma reads alike: rows
 // of W bytes (W = 64 or 128, the swizzle width), the 16-byte chunk c of row r stored at chunk
@@ -26,6 +26,12 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 }
 
 #if defined(MEGAFOLD_SM90A_DEVICE)
+
+// Dynamic shared memory from the next 1024-byte boundary, where the swizzle patterns start
+// (kernels ask for 1 KB more than their tiles need).
+__device__ __forceinline__ unsigned char* aligned_1024(unsigned char* raw) {
+  return raw + ((1024 - smem_u32(raw) % 1024) % 1024);
+}
 
 // ---- mbarrier: a transaction-counting barrier in shared memory ----
 
@@ -116,6 +122,47 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+__device__ __forceinline__ void tma_load_1d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0) {
+  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(map), "r"(smem_u32(bar)), "r"(c0)
+               : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// ---- TMA stores: one thread writes a whole box from shared memory (parts of the box past
+// the tensor are not written). Threads that filled the box with ordinary stores must make
+// them visible to the copy engine first (fence_async_shared, then a barrier). ----
+
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending committed stores still read their shared memory.
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// Waits until every committed store has completed (before the block exits).
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// Barrier `id` (1..15; 0 is __syncthreads) over the first `threads` threads that reach it, a
+// multiple of 32: one warpgroup's, or all consumers' without the producer warp.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- wgmma ----
 
 // Orders this warpgroup's register writes before the next wgmma reads them (accumulators
@@ -154,24 +201,39 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { re
 template <typename T>
 constexpr bool kIsBf16 = std::is_same_v<T, __nv_bfloat16>;
 
-// D[64x64] (+)= A[64x16] B[16x64], both from shared memory, both K-major.
-template <typename T>
+// D[64x64] (+)= A[64x16] B[16x64], both from shared memory; K-major unless kTransA / kTransB
+// (then MN-major: the tile's rows run along K, see smem_desc).
+template <typename T, int kTransA = 0, int kTransB = 0>
 __device__ __forceinline__ void wgmma_64x64_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
 #define MEGAFOLD_WGMMA_64x64_SS(TYPE)                                                                         \
   asm volatile(                                                                                              \
       "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"                                                       \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                            \
       " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"                   \
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, acc, 1, 1, %35, %36;\n}\n"                \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),       \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),           \
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),           \
         "+f"(d[30]), "+f"(d[31])                                                                             \
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)))
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB))
   if constexpr (kIsBf16<T>) MEGAFOLD_WGMMA_64x64_SS("bf16");
   else MEGAFOLD_WGMMA_64x64_SS("f16");
 #undef MEGAFOLD_WGMMA_64x64_SS
+}
+
+// D[64x8] (+)= A[64x16] B[16x8], both from shared memory (transposes as wgmma_64x64_ss).
+template <typename T, int kTransA = 0, int kTransB = 0>
+__device__ __forceinline__ void wgmma_64x8_ss(float (&d)[4], uint64_t a, uint64_t b, bool accumulate) {
+#define MEGAFOLD_WGMMA_64x8_SS(TYPE)                                                                      \
+  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %6, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPE "." TYPE                                \
+               " {%0, %1, %2, %3}, %4, %5, acc, 1, 1, %7, %8;\n}\n"                                      \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+               : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB))
+  if constexpr (kIsBf16<T>) MEGAFOLD_WGMMA_64x8_SS("bf16");
+  else MEGAFOLD_WGMMA_64x8_SS("f16");
+#undef MEGAFOLD_WGMMA_64x8_SS
 }
 
 // D[64x32] (+)= A[64x16] B[16x32], both from shared memory, both K-major.

@@ -64,7 +64,6 @@ cuda::TriangleAttentionParams make_params(const at::Tensor& q, const at::Tensor&
 
 // Whether the sm_90a kernels run for q's device, dtype and head dim.
 bool sm90_kernels(const at::Tensor& q) {
-  if (portable_kernels_only()) return false;
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   return cuda::use_sm90(kernel_dtype(q.scalar_type()), q.size(4), prop->major, prop->minor);
 }

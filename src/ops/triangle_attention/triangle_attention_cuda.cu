@@ -8,6 +8,7 @@
 
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
+#include "ops/hopper/sm90.h"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
 
 namespace megafold::ops::cuda {
@@ -112,7 +113,7 @@ int64_t dbias_partials(const TriangleAttentionParams& p) {
 }
 
 bool use_sm90(DType dtype, int64_t d, int major, int minor) {
-  return wgmma_kernels_built() && major == 9 && minor == 0 && dtype != DType::kFloat32 && d == 32;
+  return sm90::runs_on(major, minor) && dtype != DType::kFloat32 && d == 32;
 }
 
 void triangle_attention_forward(const TriangleAttentionParams& p, void* stream) {

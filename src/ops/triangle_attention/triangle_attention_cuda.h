@@ -59,10 +59,8 @@ struct TriangleAttentionParams {
   bool sm90;
 };
 
-// Whether the sm_90a kernels were compiled in (CMAKE_CUDA_ARCHITECTURES has 90a).
-bool wgmma_kernels_built();
 // Whether these inputs run the sm_90a kernels on a GPU of compute capability major.minor:
-// built in, a 9.0 GPU, fp16/bf16, d = 32.
+// sm90::runs_on (built in, a 9.0 GPU, not switched off), fp16/bf16, d = 32.
 bool use_sm90(DType dtype, int64_t d, int major, int minor);
 // Whether TMA can read a [B, R, N, H, d] operand in place: 16-byte aligned start, unit
 // innermost stride, every other stride a positive multiple of 16 bytes.

@@ -25,16 +25,13 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <mutex>
-#include <set>
-#include <string>
 
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/hopper.cuh"
 #include "core/mma.cuh"
+#include "ops/hopper/sm90.h"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
-#include "ops/warn_once.h"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -78,11 +75,6 @@ using mma::exp2_approx;
 using mma::pack2;
 
 constexpr float kLog2e = 1.4426950408889634f;
-
-// Shared memory from a 1024-byte boundary (the swizzle patterns repeat every 1024 bytes).
-__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
-  return raw + ((1024 - smem_u32(raw) % 1024) % 1024);
-}
 
 // Thread 0 sets up the ring and the barrier of the resident tiles; then every thread may use them.
 template <int kStages>
@@ -269,7 +261,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 #if defined(MEGAFOLD_SM90A_DEVICE)
   using Tr = Traits<D>;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = aligned_smem(smem_raw);
+  unsigned char* smem = aligned_1024(smem_raw);
   unsigned char* q_tiles = smem;                          // kRows tiles
   unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ only)
   unsigned char* stages = smem + 2 * Tr::kRows * Tr::kTile;
@@ -430,7 +422,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 #if defined(MEGAFOLD_SM90A_DEVICE)
   using Tr = Traits<D>;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = aligned_smem(smem_raw);
+  unsigned char* smem = aligned_1024(smem_raw);
   unsigned char* bias_tiles = smem;  // kRows tiles
   unsigned char* stages = smem + Tr::kRows * Tr::kBiasTile;
   __shared__ Ring<Tr::kStages> ring;
@@ -519,74 +511,34 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
 // ---- host side ----
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The driver's tensor-map encoder, found at run time (the library links only the runtime).
-EncodeTiled encoder() {
-  static const EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    MF_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    MF_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr,
-             "triangle_attention: the CUDA driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
-CUtensorMapDataType map_type(DType t) {
-  return t == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-}
-
 // [B, R, N, H, d] through its strides as a 5-D map (d innermost), boxes of `rows` of N.
 CUtensorMap operand_map(DType dtype, const void* ptr, const int64_t (&s)[5], const TriangleAttentionParams& p,
                         int rows, CUtensorMapSwizzle swizzle) {
-  CUtensorMap map{};
-  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(p.d), static_cast<cuuint64_t>(p.H),
-                              static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.R),
-                              static_cast<cuuint64_t>(p.B)};
-  const cuuint64_t strides[4] = {static_cast<cuuint64_t>(s[3] * 2), static_cast<cuuint64_t>(s[2] * 2),
-                                 static_cast<cuuint64_t>(s[1] * 2), static_cast<cuuint64_t>(s[0] * 2)};
-  const cuuint32_t box[5] = {static_cast<cuuint32_t>(p.d), 1, static_cast<cuuint32_t>(rows), 1, 1};
-  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
-  const CUresult res = encoder()(&map, map_type(dtype), 5, const_cast<void*>(ptr), dims, strides, box, unit,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MF_CHECK(res == CUDA_SUCCESS, "triangle_attention: cannot describe q/k/v [", p.B, ", ", p.R, ", ", p.N, ", ", p.H,
-           ", ", p.d, "] with strides [", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "] for TMA (error ", res, ")");
-  return map;
+  const uint64_t dims[5] = {static_cast<uint64_t>(p.d), static_cast<uint64_t>(p.H), static_cast<uint64_t>(p.N),
+                            static_cast<uint64_t>(p.R), static_cast<uint64_t>(p.B)};
+  const uint64_t strides[4] = {static_cast<uint64_t>(s[3] * 2), static_cast<uint64_t>(s[2] * 2),
+                               static_cast<uint64_t>(s[1] * 2), static_cast<uint64_t>(s[0] * 2)};
+  const uint32_t box[5] = {static_cast<uint32_t>(p.d), 1, static_cast<uint32_t>(rows), 1, 1};
+  return sm90::tensor_map(sm90::map_type(dtype), 5, ptr, dims, strides, box, swizzle,
+                          "triangle_attention's q/k/v [B, R, N, H, d] through its strides");
 }
 
 // The bias [B * H, N, N] with rows bias_ld elements apart, boxes of 64 x 64.
 CUtensorMap bias_map(const TriangleAttentionParams& p) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.N),
-                              static_cast<cuuint64_t>(p.B * p.H)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.bias_ld * 2), static_cast<cuuint64_t>(p.N * p.bias_ld * 2)};
-  const cuuint32_t box[3] = {64, 64, 1};
-  const cuuint32_t unit[3] = {1, 1, 1};
-  const CUresult res = encoder()(&map, map_type(p.dtype), 3, const_cast<void*>(p.bias_rows), dims, strides, box, unit,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MF_CHECK(res == CUDA_SUCCESS, "triangle_attention: cannot describe the bias for TMA (error ", res, ")");
-  return map;
+  const uint64_t dims[3] = {static_cast<uint64_t>(p.N), static_cast<uint64_t>(p.N), static_cast<uint64_t>(p.B * p.H)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(p.bias_ld * 2), static_cast<uint64_t>(p.N * p.bias_ld * 2)};
+  const uint32_t box[3] = {64, 64, 1};
+  return sm90::tensor_map(sm90::map_type(p.dtype), 3, p.bias_rows, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                          "triangle_attention's bias");
 }
 
 // The additive key mask [B, R, N] with rows mask_ld (a multiple of 64, -inf past N) apart.
 CUtensorMap mask_map(const TriangleAttentionParams& p, int keys) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.mask_ld), static_cast<cuuint64_t>(p.R),
-                              static_cast<cuuint64_t>(p.B)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.mask_ld * 4), static_cast<cuuint64_t>(p.R * p.mask_ld * 4)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(keys), 1, 1};
-  const cuuint32_t unit[3] = {1, 1, 1};
-  const CUresult res = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(p.mask), dims, strides,
-                                 box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MF_CHECK(res == CUDA_SUCCESS, "triangle_attention: cannot describe the key mask for TMA (error ", res, ")");
-  return map;
+  const uint64_t dims[3] = {static_cast<uint64_t>(p.mask_ld), static_cast<uint64_t>(p.R), static_cast<uint64_t>(p.B)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(p.mask_ld * 4), static_cast<uint64_t>(p.R * p.mask_ld * 4)};
+  const uint32_t box[3] = {static_cast<uint32_t>(keys), 1, 1};
+  return sm90::tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.mask, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                          "triangle_attention's key mask");
 }
 
 // The maps of one call; tiles of 64 rows of q, k, v and dO.
@@ -616,20 +568,7 @@ Maps make_maps(const TriangleAttentionParams& p, bool grad) {
 template <typename Kernel, typename... Args>
 void launch(const char* name, Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, Args... args) {
   MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  static std::mutex mutex;
-  static std::set<const void*> checked;
-  bool first;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    first = checked.insert(reinterpret_cast<const void*>(kernel)).second;
-  }
-  if (first) {
-    int resident = 0;
-    MF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, smem));
-    if (resident < 2)
-      warn_once(name, std::string("triangle_attention: the ") + name + " fits " + std::to_string(resident) +
-                          " block(s) per SM, not the 2 its tiles assume; it runs slower");
-  }
+  sm90::check_blocks_per_sm("triangle_attention", name, reinterpret_cast<const void*>(kernel), threads, smem, 2);
   kernel<<<grid, threads, smem, stream>>>(args...);
   MF_CUDA_CHECK(cudaGetLastError());
 }
@@ -673,14 +612,6 @@ void launch_dbias(const TriangleAttentionParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
-
-bool wgmma_kernels_built() {
-#if defined(MEGAFOLD_HAVE_SM90A)
-  return true;
-#else
-  return false;
-#endif
-}
 
 bool tma_operand(const void* ptr, const int64_t (&stride)[5], int64_t elem_bytes) {
   if (ptr == nullptr) return true;

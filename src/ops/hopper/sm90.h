@@ -1,0 +1,32 @@
+#pragma once
+// Host side of the sm_90a (Hopper) kernels, shared by the ops that have them: whether they
+// run on a device, TMA tensor maps, and the check that a kernel gets the blocks per SM its
+// tiles assume. CUDA builds only (.cu and CUDA-only .cpp files).
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "ops/kernel_dtype.h"
+
+namespace megafold::ops::sm90 {
+
+// Whether this library holds sm_90a code (CMAKE_CUDA_ARCHITECTURES lists 90a).
+bool kernels_built();
+
+// Whether the sm_90a kernels run on a GPU of this compute capability: built, 9.0, and not
+// switched off by set_portable_kernels_only (which keeps an H100/H200 on the sm_80 kernels).
+bool runs_on(int major, int minor);
+
+CUtensorMapDataType map_type(cuda::DType t);
+
+// A tiled TMA map over `rank` dimensions, innermost first: sizes in elements, strides in
+// bytes of dimensions 1..rank-1 (multiples of 16), boxes of `box` elements. `what` names the
+// tensor in the error if the driver refuses it.
+CUtensorMap tensor_map(CUtensorMapDataType type, int rank, const void* ptr, const uint64_t* dims,
+                       const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle, const char* what);
+
+// The first time it sees `kernel`: warns once (naming op and kernel) if fewer than `want`
+// blocks of `threads` threads and `smem` bytes fit per SM, as the kernel's tiles assume.
+void check_blocks_per_sm(const char* op, const char* name, const void* kernel, int threads, int smem, int want);
+
+}  // namespace megafold::ops::sm90
