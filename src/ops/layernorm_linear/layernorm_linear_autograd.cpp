@@ -1,9 +1,10 @@
-// CUDA binding of layernorm_linear: an autograd Function around layernorm_linear_mma.cu,
-// registered for the AutogradCUDA and CUDA keys. The kernels serve c_in = 128 with 16-bit
-// products: 16-bit x and weight, or any fp32/16-bit x under CUDA autocast (the model's case:
-// fp32 residual stream, fp32 master weights, bf16 products), giving the reference's output
-// dtype. Everything else (other widths, fp32 or float64 without autocast, odd c_out) runs the
-// ATen reference, still differentiable.
+// CUDA binding of layernorm_linear: an autograd Function around the kernels
+// (layernorm_linear_wgmma.cu on H100/H200, layernorm_linear_mma.cu elsewhere), registered
+// for the AutogradCUDA and CUDA keys. The kernels serve c_in = 128 with 16-bit products:
+// 16-bit x and weight, or any fp32/16-bit x under CUDA autocast (the model's case: fp32
+// residual stream, fp32 master weights, bf16 products), giving the reference's output dtype.
+// Everything else (other widths, fp32 or float64 without autocast, odd c_out) runs the ATen
+// reference, still differentiable.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -38,6 +39,8 @@ cuda::LayerNormLinearParams make_params(const at::Tensor& x, const at::Tensor& l
   p.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
   p.mean = mean.data_ptr<float>();
   p.rstd = rstd.data_ptr<float>();
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(x.device().index());
+  p.sm90 = cuda::layernorm_linear_use_sm90(p.N, prop->major, prop->minor);
   return p;
 }
 

@@ -40,6 +40,9 @@ struct LayerNormLinearParams {
   float* db;              // [N] (also needed without a bias: d ln_b comes from it)
   float* d_ln_w;          // [128]
   float* d_ln_b;          // [128]
+  // Run the sm_90a kernels (layernorm_linear_use_sm90); y and dy rows are then 16-byte
+  // multiples (N % 8 == 0) and every pointer 16-byte aligned, as TMA needs.
+  bool sm90;
 };
 
 // Row chunks of the weight-gradient reduction (a function of M and N only, so results do
@@ -48,5 +51,15 @@ int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N);
 
 void layernorm_linear_forward(const LayerNormLinearParams& p, void* stream);
 void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream);
+
+// Whether the sm_90a kernels (layernorm_linear_wgmma.cu) serve c_out = N on a GPU of compute
+// capability major.minor: built in, a 9.0 GPU, N % 8 == 0.
+bool layernorm_linear_use_sm90(int64_t N, int major, int minor);
+
+// The sm_90a kernels, called by the two above when p.sm90: the forward; dx and the chunk
+// partials of G and db (rows_per_chunk a multiple of 64).
+void layernorm_linear_forward_wgmma(const LayerNormLinearParams& p, void* stream);
+void layernorm_linear_backward_wgmma(const LayerNormLinearParams& p, int64_t rows_per_chunk, int64_t chunks,
+                                     void* stream);
 
 }  // namespace megafold::ops::cuda

@@ -84,6 +84,25 @@ TEST_F(LayerNormLinearCuda, SixteenBitInputsWidthsAndBias) {
   }
 }
 
+// Many weight-gradient chunks (M = 509^2 rows: 102 chunks of 2560 rows; 253^2: 251 of 256),
+// each ending mid-block, and feature tiles cut short (520 and 136 are not multiples of 64).
+TEST_F(LayerNormLinearCuda, ManyRowsAndChunks) {
+  check_case({509, 520, true, at::kBFloat16});
+  check_case({253, 136, false, at::kFloat});
+}
+
+// The portable (mma.sync, sm_80+) kernels on a GPU that has its own (an H100/H200 runs the
+// sm_90a ones): what A100/L40S/RTX users run, tested on whatever GPU runs the suite.
+TEST_F(LayerNormLinearCuda, PortableKernelsOnAnyGpu) {
+  struct Portable {
+    Portable() { set_portable_kernels_only(true); }
+    ~Portable() { set_portable_kernels_only(false); }
+  } portable;
+  check_case({131, 640, false, at::kFloat});
+  check_case({37, 516, true, at::kBFloat16});
+  check_case({23, 1030, true, at::kHalf});
+}
+
 TEST_F(LayerNormLinearCuda, OtherWidthsUseTheReference) {
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   const at::Tensor x = at::randn({5, 64}, o), g = at::randn({64}, o), b = at::randn({64}, o), w = at::randn({32, 64}, o);

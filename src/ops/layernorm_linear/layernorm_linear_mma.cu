@@ -26,6 +26,7 @@
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
+#include "ops/layernorm_linear/layernorm_linear_dispatch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -507,41 +508,31 @@ void launch(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t stream, Args.
   MF_CUDA_CHECK(cudaGetLastError());
 }
 
-// Calls fn(Tin{}, T{}) for the kernel's element types.
-template <typename Fn>
-void dispatch(const LayerNormLinearParams& p, Fn&& fn) {
-  const bool x_float = p.x_dtype == DType::kFloat32;
-  if (p.dtype == DType::kBFloat16) {
-    if (x_float) fn(float{}, __nv_bfloat16{});
-    else fn(__nv_bfloat16{}, __nv_bfloat16{});
-  } else {
-    if (x_float) fn(float{}, __half{});
-    else fn(__half{}, __half{});
-  }
-}
-
-int64_t m_steps(int64_t M) { return (M + kStepM - 1) / kStepM; }
-int64_t steps_per_chunk(int64_t M, int64_t N) {
-  // About 512 blocks over the feature tiles and row chunks: two waves of two blocks per SM
-  // on an H200, enough chunks to keep every SM busy at small M.
+// Rows per chunk of the weight-gradient reduction: whole 64-row steps (the sm_90a kernel's; two
+// of this file's), about 512 blocks over the feature tiles and row chunks: two waves of two
+// blocks per SM on an H200, enough chunks to keep every SM busy at small M. A function of M
+// and N only, so the sum's order, hence every bit, is the same on any GPU of a kind.
+int64_t rows_per_chunk(int64_t M, int64_t N) {
+  const int64_t steps = (M + 63) / 64;
   const int64_t feature_tiles = (N + kFeatures - 1) / kFeatures;
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(m_steps(M), 512 / feature_tiles));
-  return (m_steps(M) + chunks - 1) / chunks;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(steps, 512 / feature_tiles));
+  return (steps + chunks - 1) / chunks * 64;
 }
 
 }  // namespace
 
 int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N) {
   if (M == 0) return 0;
-  const int64_t per = steps_per_chunk(M, N);
-  return (m_steps(M) + per - 1) / per;
+  const int64_t per = rows_per_chunk(M, N);
+  return (M + per - 1) / per;
 }
 
 void layernorm_linear_forward(const LayerNormLinearParams& p, void* stream) {
   if (p.M == 0 || p.N == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
+  if (p.sm90) return layernorm_linear_forward_wgmma(p, stream);
   const dim3 grid(static_cast<unsigned int>((p.M + kRows - 1) / kRows));
-  dispatch(p, [&](auto tin, auto t) {
+  dispatch_layernorm_linear(p, [&](auto tin, auto t) {
     launch(forward_kernel<decltype(tin), decltype(t)>, grid, kForwardSmem, s, p);
   });
 }
@@ -556,15 +547,18 @@ void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream) {
     MF_CUDA_CHECK(cudaMemsetAsync(p.d_ln_b, 0, kK * sizeof(float), s));
     return;
   }
-  const int64_t per = steps_per_chunk(p.M, p.N);
+  const int64_t per = rows_per_chunk(p.M, p.N);
   const int64_t chunks = layernorm_linear_dw_chunks(p.M, p.N);
+  if (p.sm90) layernorm_linear_backward_wgmma(p, per, chunks, stream);
   const dim3 dx_grid(static_cast<unsigned int>((p.M + kRows - 1) / kRows));
   const dim3 g_grid(static_cast<unsigned int>((p.N + kFeatures - 1) / kFeatures), static_cast<unsigned int>(chunks));
-  dispatch(p, [&](auto tin, auto t) {
+  dispatch_layernorm_linear(p, [&](auto tin, auto t) {
     using Tin = decltype(tin);
     using T = decltype(t);
-    launch(dx_kernel<Tin, T>, dx_grid, kDxSmem, s, p);
-    launch(g_kernel<Tin, T>, g_grid, kGSmem, s, p, per);
+    if (!p.sm90) {
+      launch(dx_kernel<Tin, T>, dx_grid, kDxSmem, s, p);
+      launch(g_kernel<Tin, T>, g_grid, kGSmem, s, p, per / kStepM);
+    }
     const auto blocks = static_cast<unsigned int>(std::min<int64_t>((p.N * kK + 255) / 256, 1024));
     sum_chunks_kernel<<<blocks, 256, 0, s>>>(p, chunks);
     MF_CUDA_CHECK(cudaGetLastError());
