@@ -10,6 +10,10 @@
 #   attention ARGS             bench/triangle_attention.py
 #   profile ARGS               bench/profile_kernels.py (per-kernel time and ceilings)
 #   block ARGS                 bench/pairformer_block.py
+#   fused ARGS                 bench/fused_ops.py
+#   ncu NAME REGEX COUNT SCRIPT ARGS
+#                              Nsight Compute on the first COUNT kernels matching REGEX while
+#                              python3 SCRIPT ARGS runs (--lib is added); report in ncu_NAME.txt
 #   frontier ARGS, memory ARGS bench/frontier.py, bench/memory.py
 set -uo pipefail
 OUT="${OUT:-/tmp/megafold-out}"
@@ -35,7 +39,8 @@ while [ $# -gt 0 ]; do
   [ $# -gt 0 ] && shift
   case "$stage" in
     tests)
-      "$tests" --gtest_filter="${args[0]:-*Cuda*:Memory*:HostStash*:ChunkedCheckpoint*}" > "$OUT/tests.log" 2>&1
+      timeout "${TESTS_TIMEOUT:-600}" "$tests" --gtest_filter="${args[0]:-*Cuda*:Memory*:HostStash*:ChunkedCheckpoint*}" \
+        > "$OUT/tests.log" 2>&1
       echo "tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests? ran" "$OUT/tests.log" | tail -12 ;;
     attention)
       python3 bench/triangle_attention.py --lib "$lib" --out "$OUT/triangle_attention.json" "${args[@]}" \
@@ -43,6 +48,17 @@ while [ $# -gt 0 ]; do
     profile)
       python3 bench/profile_kernels.py --lib "$lib" "${args[@]}" > "$OUT/profile.log" 2>&1
       grep -E "N=|kernel|total" "$OUT/profile.log" ;;
+    fused)
+      python3 bench/fused_ops.py --lib "$lib" --out "$OUT/fused_ops.json" "${args[@]}" 2> "$OUT/fused.log" \
+        | cut -c1-300 ;;
+    ncu)
+      ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        --section WarpStateStats --section LaunchStats --section SchedulerStats --section SourceCounters \
+        --kernel-name-base demangled -k "regex:${args[1]}" \
+        --launch-count "${args[2]}" python3 "${args[3]}" --lib "$lib" "${args[@]:4}" > "$OUT/ncu_${args[0]}.txt" 2>&1
+      echo "ncu ${args[0]} rc=$?"
+      grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|No Eligible|Issued Warp|L2 Hit|One or More" \
+        "$OUT/ncu_${args[0]}.txt" | cut -c1-160 ;;
     block)
       python3 bench/pairformer_block.py --bin "$bin" --out "$OUT/pairformer_block.json" "${args[@]}" \
         2> "$OUT/block.log" | cut -c1-300 ;;
