@@ -1,9 +1,9 @@
-# cmake -P script: writes OUT, a C++ file defining megafold::train::builtin_configs() from
+# cmake -P script: writes OUT, a C++ file defining megafold::config::builtin_configs() from
 # every configs/*.json under DIR (raw string literals keyed by file stem).
 file(GLOB files "${DIR}/*.json")
 list(SORT files)
 set(body "// Generated from configs/*.json by cmake/EmbedConfigs.cmake. Do not edit.\n")
-string(APPEND body "#include \"train/builtin_configs.h\"\n\nnamespace megafold::train {\n")
+string(APPEND body "#include \"config/builtin_configs.h\"\n\nnamespace megafold::config {\n")
 string(APPEND body "const std::map<std::string, std::string>& builtin_configs() {\n")
 string(APPEND body "  static const std::map<std::string, std::string> configs = {\n")
 foreach(f ${files})
@@ -11,6 +11,6 @@ foreach(f ${files})
   file(READ "${f}" text)
   string(APPEND body "    {\"${name}\", R\"megafold_json(${text})megafold_json\"},\n")
 endforeach()
-string(APPEND body "  };\n  return configs;\n}\n}  // namespace megafold::train\n")
+string(APPEND body "  };\n  return configs;\n}\n}  // namespace megafold::config\n")
 file(WRITE "${OUT}.tmp" "${body}")
 file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)

@@ -49,5 +49,6 @@ int fit_main(const std::vector<std::string>& args);
 int memory_main(const std::vector<std::string>& args);
 int config_main(const std::vector<std::string>& args);
 int export_main(const std::vector<std::string>& args);
+int plot_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

@@ -27,7 +27,7 @@
 #include "dist/shard.h"
 #include "model/pairformer.h"
 #include "ops/reference_mode.h"
-#include "train/device.h"
+#include "core/device.h"
 
 namespace megafold::cli {
 
@@ -70,9 +70,9 @@ int block_main(const std::vector<std::string>& argv) {
   const dist::DistEnv env = dist::dist_env();
   MF_CHECK(env.world == 1 || pair_path == "rows" || !args.get("pair-path"), "--pair-path plain runs on one rank, not ",
            env.world);
-  c10::Device device = train::resolve_device(args.get("device").value_or("auto"));
+  c10::Device device = megafold::resolve_device(args.get("device").value_or("auto"));
   if (device.is_cuda() && env.world > 1) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
-  train::make_current(device);
+  megafold::make_current(device);
   std::unique_ptr<dist::ProcessGroup> group;
   dist::PairShard shard;  // unsharded on one rank: the collectives are identities
   if (env.world > 1) {
@@ -99,9 +99,9 @@ int block_main(const std::vector<std::string>& argv) {
 
   // Forward alone (recording for backward, as in training) and forward + backward.
   std::vector<double> fwd_ms, total_ms;
-  train::reset_peak_memory(device);
+  megafold::reset_peak_memory(device);
   for (int64_t step = 0; step < warmup + steps; ++step) {
-    train::synchronize(device);
+    megafold::synchronize(device);
     if (group) group->barrier();  // the ranks start each step together
     const auto t0 = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point t1;
@@ -109,11 +109,11 @@ int block_main(const std::vector<std::string>& argv) {
       const AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
       const model::PairformerState out =
           block->forward({s0, z0}, token_mask, pair_mask, step, rows ? &shard : nullptr);
-      train::synchronize(device);
+      megafold::synchronize(device);
       t1 = std::chrono::steady_clock::now();
       torch::autograd::backward({out.s, out.z}, {ds, dz});
     }
-    train::synchronize(device);
+    megafold::synchronize(device);
     const auto t2 = std::chrono::steady_clock::now();
     if (step >= warmup) {
       fwd_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -123,7 +123,7 @@ int block_main(const std::vector<std::string>& argv) {
     z0.mutable_grad().reset();
     block->zero_grad(/*set_to_none=*/true);
   }
-  double peak_gb = train::peak_memory_gb(device);
+  double peak_gb = megafold::peak_memory_gb(device);
   if (group) {
     // Each step as long as its slowest rank; memory: the fullest rank.
     std::vector<double> mine = fwd_ms;

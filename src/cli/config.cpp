@@ -6,8 +6,8 @@
 
 #include "cli/args.h"
 #include "core/check.h"
-#include "train/config.h"
-#include "train/device.h"
+#include "config/config.h"
+#include "core/device.h"
 
 namespace megafold::cli {
 
@@ -33,12 +33,12 @@ int config_main(const std::vector<std::string>& argv) {
     return action.empty() && !args.has("help") ? 2 : 0;
   }
   if (action == "list") {
-    for (const std::string& n : train::builtin_config_names()) std::cout << n << "\n";
+    for (const std::string& n : config::builtin_config_names()) std::cout << n << "\n";
     return 0;
   }
   MF_CHECK(action == "show", "unknown action '", action, "' (show or list)");
-  const std::string name = args.get("config").value_or(train::default_config_name(train::cuda_available()));
-  std::cout << train::to_json(train::load_config(name, args.get_all("set")));
+  const std::string name = args.get("config").value_or(config::default_config_name(megafold::cuda_available()));
+  std::cout << config::to_json(config::load_config(name, args.get_all("set")));
   return 0;
 }
 

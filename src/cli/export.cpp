@@ -11,8 +11,8 @@
 #include "core/files.h"
 #include "core/safetensors.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "core/checkpoint.h"
+#include "config/config.h"
 
 namespace megafold::cli {
 namespace {
@@ -48,9 +48,9 @@ int export_main(const std::vector<std::string>& argv) {
     if (!args.has(required)) throw Error(std::string("--") + required + " is required (see --help)");
   const std::string checkpoint = *args.get("checkpoint");
   const std::filesystem::path out = *args.get("out");
-  train::CheckpointReader reader(checkpoint);  // read once: the config, then both weight sets
-  const train::CheckpointMeta& meta = reader.meta();
-  const train::TrainConfig cfg = train::parse_config(meta.config_json, checkpoint);
+  megafold::CheckpointReader reader(checkpoint);  // read once: the config, then both weight sets
+  const megafold::CheckpointMeta& meta = reader.meta();
+  const config::TrainConfig cfg = config::parse_config(meta.config_json, checkpoint);
   std::filesystem::create_directories(out);
   const std::map<std::string, std::string> info = {
       {"format", "pt"}, {"step", std::to_string(meta.step)}, {"config", cfg.name}, {"source", checkpoint}};
@@ -61,7 +61,7 @@ int export_main(const std::vector<std::string>& argv) {
     meta_of["weights"] = ema ? "ema" : "training";
     write_safetensors((out / (ema ? "ema.safetensors" : "model.safetensors")).string(), named_tensors(*model), meta_of);
   }
-  write_file_atomically((out / "config.json").string(), train::to_json(cfg));
+  write_file_atomically((out / "config.json").string(), config::to_json(cfg));
   std::cout << "exported step " << meta.step << " of " << checkpoint << ": " << model->parameters().size()
             << " parameters to " << out.string() << "/{model,ema}.safetensors and config.json\n";
   return 0;

@@ -15,7 +15,7 @@
 #include "core/check.h"
 #include "core/memory.h"
 #include "model/memory_plan.h"
-#include "train/device.h"
+#include "core/device.h"
 
 namespace megafold::cli {
 namespace {
@@ -55,8 +55,8 @@ int fit_main(const std::vector<std::string>& argv) {
   const std::string memory = args.get("memory").value_or("fast");
   MF_CHECK(steps >= 1, "--steps must be >= 1, got ", steps);
   track_cpu_allocations();
-  const c10::Device device = train::resolve_device(args.get("device").value_or("auto"));
-  train::make_current(device);
+  const c10::Device device = megafold::resolve_device(args.get("device").value_or("auto"));
+  megafold::make_current(device);
 
   nlohmann::json row = {{"model", name}, {"n", n}, {"memory_mode", memory}, {"device", device.str()}};
   try {
@@ -65,7 +65,7 @@ int fit_main(const std::vector<std::string>& argv) {
     row["inputs"] = w.inputs;
     row["parameters"] = w.parameters;
     std::cerr << "fit: " << name << " at " << n << " tokens, " << row["plan"].get<std::string>() << std::endl;
-    train::synchronize(device);
+    megafold::synchronize(device);
     reset_peak_memory_stats(device);
     std::vector<double> seconds;
     double loss = 0;
@@ -74,7 +74,7 @@ int fit_main(const std::vector<std::string>& argv) {
       if (stash != nullptr) stash->reset_counts();
       const auto t0 = std::chrono::steady_clock::now();
       loss = w.step(k);
-      train::synchronize(device);
+      megafold::synchronize(device);
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       std::cerr << "fit: step " << k + 1 << " " << seconds.back() << " s, loss " << loss << std::endl;
     }

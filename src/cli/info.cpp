@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "cli/args.h"
-#include "train/config.h"
-#include "train/device.h"
+#include "config/config.h"
+#include "core/device.h"
 
 namespace megafold::cli {
 
@@ -26,12 +26,12 @@ int info_main(const std::vector<std::string>& argv) {
 #endif
             << ", C++ " << __cplusplus << ", compiler " << __VERSION__ << "\n"
             << "libtorch: " << MEGAFOLD_TORCH_VERSION << ", " << at::get_parallel_info();
-  for (const auto& line : train::describe_devices()) std::cout << "device " << line << "\n";
+  for (const auto& line : megafold::describe_devices()) std::cout << "device " << line << "\n";
   std::cout << "ops:";
   for (const auto& op : c10::Dispatcher::singleton().getAllOpNames())
     if (op.name.rfind("megafold::", 0) == 0) std::cout << " " << op.name;
   std::cout << "\nconfigs:";
-  for (const auto& name : train::builtin_config_names()) std::cout << " " << name;
+  for (const auto& name : config::builtin_config_names()) std::cout << " " << name;
   std::cout << "\n";
   return 0;
 }

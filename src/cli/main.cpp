@@ -15,6 +15,7 @@ constexpr const char* kUsage =
     "  predict structures and pLDDT for one input (mmCIF/PDB/FASTA) with a checkpoint\n"
     "  eval    lDDT of predicted structures over a directory of structures\n"
     "  export  a checkpoint's weights as safetensors keyed by parameter name, with its config\n"
+    "  plot    a run's loss, lDDT and pLDDT curves as a PNG (and TensorBoard scalars)\n"
     "  cache   parse structures (and MSAs) once into a feature cache for training\n"
     "  fit     train a workload a few steps at one crop and memory mode: step time, peak memory\n"
     "  memory  per-module memory of a training step of the whole model\n"
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
     if (command == "memory") return megafold::cli::memory_main(args);
     if (command == "config") return megafold::cli::config_main(args);
     if (command == "export") return megafold::cli::export_main(args);
+    if (command == "plot") return megafold::cli::plot_main(args);
     std::cerr << "megafold: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const std::exception& ex) {

@@ -18,7 +18,7 @@
 #include "core/check.h"
 #include "core/memory.h"
 #include "model/memory_plan.h"
-#include "train/device.h"
+#include "core/device.h"
 
 namespace megafold::cli {
 namespace {
@@ -42,7 +42,7 @@ class Profiler {
 
   // fwd returns the module's loss (a scalar) or its outputs; with grad false only the forward runs.
   void run(const std::string& module, const std::function<std::vector<at::Tensor>()>& fwd, bool grad = true) {
-    train::synchronize(device_);
+    megafold::synchronize(device_);
     const int64_t start = memory_stats(device_).allocated;
     reset_peak_memory_stats(device_);
     nlohmann::json row = base_;
@@ -54,7 +54,7 @@ class Profiler {
         const AutocastScope ac(at::kCUDA, device_.is_cuda(), at::kBFloat16);
         outs = fwd();
       }
-      train::synchronize(device_);
+      megafold::synchronize(device_);
       const MemoryStats after = memory_stats(device_);
       row["held_gb"] = gb(after.allocated - start);
       row["forward_peak_gb"] = gb(after.peak - start);
@@ -62,7 +62,7 @@ class Profiler {
         reset_peak_memory_stats(device_);
         const at::Tensor loss = outs.size() == 1 && outs[0].dim() == 0 ? outs[0] : squares(outs);
         if (loss.defined() && loss.requires_grad()) loss.backward();
-        train::synchronize(device_);
+        megafold::synchronize(device_);
         row["backward_peak_gb"] = gb(memory_stats(device_).peak - start);
       }
     }
@@ -106,8 +106,8 @@ int memory_main(const std::vector<std::string>& argv) {
   const int64_t n = args.get_int("n", 384);
   const std::string memory = args.get("memory").value_or("fast");
   track_cpu_allocations();
-  const c10::Device device = train::resolve_device(args.get("device").value_or("auto"));
-  train::make_current(device);
+  const c10::Device device = megafold::resolve_device(args.get("device").value_or("auto"));
+  megafold::make_current(device);
   Workload w = make_workload("af3-full", n, memory, args.get("data").value_or("data/pdb"), device);
   model::MegaFoldImpl& m = **w.model;
   const data::Batch& batch = *w.batch;
@@ -175,10 +175,10 @@ int memory_main(const std::vector<std::string>& argv) {
               {"parts", "parameters, gradients, AdamW moments (2), EMA"}});
   double peak = 0;
   for (int64_t k = 0; k < 2; ++k) {
-    train::synchronize(device);
+    megafold::synchronize(device);
     reset_peak_memory_stats(device);
     w.step(k);
-    train::synchronize(device);
+    megafold::synchronize(device);
     peak = gb(memory_stats(device).peak);
   }
   prof.print({{"module", "whole step"}, {"peak_gb", peak}});

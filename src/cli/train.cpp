@@ -6,8 +6,8 @@
 #include "cli/local_ranks.h"
 #include "core/check.h"
 #include "model/memory_plan.h"
-#include "train/config.h"
-#include "train/device.h"
+#include "config/config.h"
+#include "core/device.h"
 #include "train/trainer.h"
 
 namespace megafold::cli {
@@ -35,7 +35,7 @@ int train_main(const std::vector<std::string>& argv) {
   const Args args(argv, specs);
   if (args.has("help")) {
     std::string names;
-    for (const auto& n : train::builtin_config_names()) names += (names.empty() ? "" : ", ") + n;
+    for (const auto& n : config::builtin_config_names()) names += (names.empty() ? "" : ", ") + n;
     std::cout << usage("train",
                        "Train the Pairformer trunk with the distogram loss on bundled or your own "
                        "structures; configs with model.diffusion.samples > 0 also train the diffusion "
@@ -50,8 +50,8 @@ int train_main(const std::vector<std::string>& argv) {
     MF_CHECK(n >= 1 && n <= 1024, "--nproc must lie in [1, 1024], got ", n);
     return run_local_ranks("train", static_cast<int>(n), without_nproc(argv));
   }
-  train::TrainConfig cfg = train::load_config(
-      args.get("config").value_or(train::default_config_name(train::cuda_available())), args.get_all("set"));
+  config::TrainConfig cfg = config::load_config(
+      args.get("config").value_or(config::default_config_name(megafold::cuda_available())), args.get_all("set"));
   if (auto v = args.get("data")) cfg.data.dir = *v;
   if (auto v = args.get("device")) cfg.device = *v;
   if (auto v = args.get("memory")) {

@@ -29,7 +29,7 @@ int64_t count(const std::vector<at::Tensor>& params) {
 
 // AdamW and EMA as the trainer keeps them, one step of them after each backward.
 struct Optimiser {
-  Optimiser(const std::vector<at::Tensor>& p, const train::OptimConfig& o)
+  Optimiser(const std::vector<at::Tensor>& p, const config::OptimConfig& o)
       : params(p), optim(o), adam(p, train::adamw_options(o)), ema(p, o.ema_decay) {}
   void step() {
     train::clip_gradients(params, optim);
@@ -38,7 +38,7 @@ struct Optimiser {
     adam.zero_grad();
   }
   std::vector<at::Tensor> params;
-  train::OptimConfig optim;
+  config::OptimConfig optim;
   torch::optim::AdamW adam;
   train::Ema ema;
 };
@@ -111,7 +111,7 @@ Workload whole_model(int64_t n, const std::string& memory, const std::string& da
   w.name = "af3-full";
   w.n = n;
   w.device = device;
-  w.cfg = train::load_config("af3-full");
+  w.cfg = config::load_config("af3-full");
   w.cfg.model.memory = memory;
   w.cfg.data.crop_size = n;
   w.cfg.model.confidence.every = 1;

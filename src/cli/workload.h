@@ -18,14 +18,14 @@
 
 #include "data/features.h"
 #include "model/model.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace megafold::cli {
 
 struct Workload {
   std::string name;          // trunk48 | af3-full
   int64_t n = 0;             // tokens
-  train::TrainConfig cfg;    // the model's config (af3-full: the built-in one, memory mode and crop set)
+  config::TrainConfig cfg;    // the model's config (af3-full: the built-in one, memory mode and crop set)
   std::string inputs;        // what the inputs are, for result rows
   c10::Device device{c10::kCPU};
   // One optimiser step (forward, loss, backward, AdamW, EMA); returns the loss.

@@ -9,15 +9,15 @@
 #include "data/reference_atoms.h"
 #include "core/autocast.h"
 #include "model/scoring.h"
-#include "train/checkpoint.h"
-#include "train/device.h"
+#include "core/checkpoint.h"
+#include "core/device.h"
 
 namespace megafold::infer {
 namespace {
 
-train::TrainConfig checkpoint_config(const train::CheckpointReader& reader, const std::string& path,
+config::TrainConfig checkpoint_config(const megafold::CheckpointReader& reader, const std::string& path,
                                      const PredictOptions& opts) {
-  train::TrainConfig cfg = train::parse_config(reader.meta().config_json, path, opts.set);
+  config::TrainConfig cfg = config::parse_config(reader.meta().config_json, path, opts.set);
   MF_CHECK(cfg.model.diffusion.samples > 0, path,
            ": this checkpoint has no diffusion module (trained with model.diffusion.samples = 0), so it "
            "cannot predict structures; train with a config that enables it (e.g. cpu-diffusion)");
@@ -28,10 +28,10 @@ train::TrainConfig checkpoint_config(const train::CheckpointReader& reader, cons
 }  // namespace
 
 Predictor::Predictor(const std::string& checkpoint, const PredictOptions& opts)
-    : Predictor(train::CheckpointReader(checkpoint), checkpoint, opts) {}
+    : Predictor(megafold::CheckpointReader(checkpoint), checkpoint, opts) {}
 
-Predictor::Predictor(train::CheckpointReader reader, const std::string& checkpoint, const PredictOptions& opts)
-    : cfg_(checkpoint_config(reader, checkpoint, opts)), device_(train::resolve_device(opts.device)) {
+Predictor::Predictor(megafold::CheckpointReader reader, const std::string& checkpoint, const PredictOptions& opts)
+    : cfg_(checkpoint_config(reader, checkpoint, opts)), device_(megafold::resolve_device(opts.device)) {
   autocast_ = device_.is_cuda() && cfg_.bf16;
   model_ = model::MegaFold(cfg_.model);
   reader.load_weights(*model_, opts.ema);

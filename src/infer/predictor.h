@@ -10,8 +10,8 @@
 
 #include "data/structure.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "core/checkpoint.h"
+#include "config/config.h"
 
 namespace megafold::infer {
 
@@ -19,7 +19,7 @@ struct PredictOptions {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t sampler_steps = 0;    // 0 = the checkpoint config's model.diffusion.sampler_steps
   bool ema = true;              // EMA weights (as validation reports); false = raw weights
-  std::vector<std::string> set; // config assignments over the checkpoint's (train::apply_assignments)
+  std::vector<std::string> set; // config assignments over the checkpoint's (config::apply_assignments)
 };
 
 struct PredictedEntry {
@@ -38,15 +38,15 @@ class Predictor {
   Predictor(const std::string& checkpoint, const PredictOptions& opts);
   // All tokens of `e` (no crop), `samples` structures, deterministic in `seed`.
   PredictedEntry predict(const data::Entry& e, int64_t samples, uint64_t seed);
-  const train::TrainConfig& config() const { return cfg_; }
+  const config::TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
   const c10::Device& device() const { return device_; }
 
  private:
   // The checkpoint read once for both its config and its weights.
-  Predictor(train::CheckpointReader reader, const std::string& checkpoint, const PredictOptions& opts);
+  Predictor(megafold::CheckpointReader reader, const std::string& checkpoint, const PredictOptions& opts);
 
-  train::TrainConfig cfg_;
+  config::TrainConfig cfg_;
   int64_t step_ = 0;
   c10::Device device_;
   bool autocast_;

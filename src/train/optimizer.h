@@ -5,15 +5,15 @@
 
 #include <vector>
 
-#include "train/config.h"
+#include "config/config.h"
 
 namespace megafold::train {
 
 // AdamW with the config's learning rate, betas, eps and weight decay (AF3 SI Sec. 5.4).
-torch::optim::AdamWOptions adamw_options(const OptimConfig& o);
+torch::optim::AdamWOptions adamw_options(const config::OptimConfig& o);
 
 // Clips the parameters' gradients to o.clip_grad_norm (0: no clipping) and returns their total
 // norm before clipping.
-double clip_gradients(const std::vector<at::Tensor>& params, const OptimConfig& o);
+double clip_gradients(const std::vector<at::Tensor>& params, const config::OptimConfig& o);
 
 }  // namespace megafold::train

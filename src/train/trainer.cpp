@@ -31,8 +31,8 @@
 #include "model/memory_plan.h"
 #include "model/model.h"
 #include "model/scoring.h"
-#include "train/checkpoint.h"
-#include "train/device.h"
+#include "core/checkpoint.h"
+#include "core/device.h"
 #include "train/ema.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -73,7 +73,7 @@ class StopSignals {
 // Rank r of a data-parallel job of `world` ranks takes samples (step * world + r) * batch + b of
 // the stream: every rank its own, and the same global sequence for any world size at batch 1
 // per rank.
-data::Batch training_batch(const data::Dataset& ds, const TrainConfig& cfg, uint64_t seed, int64_t step, int rank,
+data::Batch training_batch(const data::Dataset& ds, const config::TrainConfig& cfg, uint64_t seed, int64_t step, int rank,
                            int world) {
   std::vector<const data::Entry*> entries;
   std::vector<std::vector<int32_t>> crops;
@@ -100,7 +100,7 @@ struct Validation {
   int structures = 0;
 };
 
-Validation validate(model::MegaFold& model, const data::Dataset& ds, const TrainConfig& cfg,
+Validation validate(model::MegaFold& model, const data::Dataset& ds, const config::TrainConfig& cfg,
                     const c10::Device& device, bool autocast) {
   Validation v;
   at::NoGradGuard no_grad;
@@ -150,7 +150,7 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const Train
 
 // What to say when a step runs out of GPU memory: the crop, the memory mode and the peak, what
 // to try instead, and where the run can resume from.
-std::string out_of_memory_advice(const TrainConfig& cfg, int64_t step, const c10::Device& device,
+std::string out_of_memory_advice(const config::TrainConfig& cfg, int64_t step, const c10::Device& device,
                                  const std::optional<std::string>& checkpoint) {
   std::ostringstream os;
   os << "step " << step << " ran out of GPU memory on " << device.str() << " at data.crop_size "
@@ -174,7 +174,7 @@ double mean(const std::vector<double>& xs, size_t begin, size_t end) {
 
 }  // namespace
 
-double learning_rate(const OptimConfig& o, int64_t step) {
+double learning_rate(const config::OptimConfig& o, int64_t step) {
   if (o.warmup_steps > 0 && step < o.warmup_steps)
     return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
   const int64_t after = step - std::max<int64_t>(o.warmup_steps, 0);
@@ -196,7 +196,7 @@ struct StepOutcome {
 // asked); step(), log(), validate() and checkpoint() are the loop's pieces.
 class Run {
  public:
-  Run(const TrainConfig& cfg_in, const TrainOptions& opts);
+  Run(const config::TrainConfig& cfg_in, const TrainOptions& opts);
 
   // Forward, backward (gradients summed over the ranks while it runs), clipping, and the
   // AdamW and EMA update unless the loss or the gradient norm is not finite.
@@ -213,7 +213,7 @@ class Run {
     if (!quiet) std::cout << s << std::endl;
   }
 
-  TrainConfig cfg;
+  config::TrainConfig cfg;
   int data_rank = 0, data_world = 1;
   c10::Device device{c10::kCPU};
   bool lead = true, quiet = false, autocast = false;
@@ -232,7 +232,7 @@ class Run {
   std::optional<std::pair<double, double>> last_plddt_;  // pLDDT loss and rollout lDDT
 };
 
-Run::Run(const TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_in) {
+Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_in) {
   // Data parallelism when launched as one of several ranks (torchrun, Slurm, train --nproc):
   // rank 0 logs, validates and writes checkpoints; every rank averages its gradients with the
   // others before the (identical) optimiser step.
@@ -275,8 +275,8 @@ Run::Run(const TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_in) {
 
   const auto existing = latest_checkpoint(ckpt_dir.string());
   if (opts.resume && existing) {
-    const TrainConfig saved = parse_config(read_checkpoint_meta(*existing).config_json, *existing);
-    const std::string diff = resume_mismatch(saved, cfg);
+    const config::TrainConfig saved = config::parse_config(read_checkpoint_meta(*existing).config_json, *existing);
+    const std::string diff = config::resume_mismatch(saved, cfg);
     MF_CHECK(diff.empty(), "cannot resume from ", *existing, ": the run was started with other ",
              "settings (", diff, "); resume with the original config or start a new --out");
     if (saved.model.memory != cfg.model.memory)
@@ -291,8 +291,8 @@ Run::Run(const TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_in) {
     MF_CHECK(!existing, "--out ", out_dir.string(), " already holds checkpoints of another run (",
              *existing, "); pass --resume to continue it or choose another --out");
   }
-  if (lead) write_file_atomically((out_dir / "config.json").string(), to_json(cfg));
-  say("resolved config (saved as " + (out_dir / "config.json").string() + "):\n" + to_json(cfg));
+  if (lead) write_file_atomically((out_dir / "config.json").string(), config::to_json(cfg));
+  say("resolved config (saved as " + (out_dir / "config.json").string() + "):\n" + config::to_json(cfg));
   if (lead) metrics_.emplace((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
   if (dp_)
     say("data parallel: " + std::to_string(data_world) + " groups of " + std::to_string(opts.pair_shards) +
@@ -418,7 +418,7 @@ void Run::validate(int64_t step, Progress& progress) {
 
 void Run::checkpoint(int64_t step) {
   if (!lead) return;
-  const CheckpointMeta meta{step, cfg.seed, to_json(cfg)};
+  const CheckpointMeta meta{step, cfg.seed, config::to_json(cfg)};
   save_checkpoint(ckpt_dir.string(), meta, *model_, ema_->shadow(), *optimizer_, cfg.keep_checkpoints);
 }
 
@@ -430,9 +430,9 @@ bool Run::stop_requested() {
 
 }  // namespace
 
-TrainResult run_training(const TrainConfig& cfg_in, const TrainOptions& opts) {
+TrainResult run_training(const config::TrainConfig& cfg_in, const TrainOptions& opts) {
   Run run(cfg_in, opts);
-  const TrainConfig& cfg = run.cfg;
+  const config::TrainConfig& cfg = run.cfg;
   TrainResult result;
   std::vector<double> losses, step_ms;
   Progress progress(run.start, cfg.steps);

@@ -2,7 +2,7 @@
 // The training loop: data -> model -> losses -> AdamW/EMA -> checkpoints and metrics.
 #include <string>
 
-#include "train/config.h"
+#include "config/config.h"
 
 namespace megafold::train {
 
@@ -25,8 +25,8 @@ struct TrainResult {
 };
 
 // Learning rate at optimiser step `step` (0-based): linear warm-up, then step decay (AF3).
-double learning_rate(const OptimConfig& o, int64_t step);
+double learning_rate(const config::OptimConfig& o, int64_t step);
 
-TrainResult run_training(const TrainConfig& cfg, const TrainOptions& opts);
+TrainResult run_training(const config::TrainConfig& cfg, const TrainOptions& opts);
 
 }  // namespace megafold::train

@@ -11,11 +11,12 @@
 
 #include "core/check.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "core/checkpoint.h"
+#include "config/config.h"
 #include "train/trainer.h"
 
 namespace megafold::train {
+using namespace megafold::config;  // the run configuration these pieces read
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -103,3 +103,15 @@ def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     out = metrics.plot(write_run(tmp_path))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_megafold_plot_writes_the_png(tmp_path, megafold_bin):
+    import subprocess
+    (tmp_path / "run").mkdir()
+    run = write_run(tmp_path / "run")
+    r = subprocess.run([megafold_bin, "plot", str(run), "--png", str(tmp_path / "curves.png")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    missing = subprocess.run([megafold_bin, "plot", str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert missing.returncode == 1 and "nowhere/metrics.jsonl: no such file" in missing.stderr

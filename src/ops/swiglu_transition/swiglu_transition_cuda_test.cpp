@@ -11,7 +11,7 @@
 #include "ops/reference_mode.h"
 #include "ops/swiglu_transition/swiglu_transition.h"
 #include "testing.h"
-#include "train/device.h"
+#include "core/device.h"
 
 namespace megafold::ops {
 namespace {
@@ -92,17 +92,17 @@ TEST_F(SwigluTransitionCuda, ForwardKeepsTheHiddenLayerOnChip) {
   const c10::Device dev = x.device();
   auto forward_extra_bytes = [&](bool reference) {
     set_reference_only(reference);
-    train::synchronize(dev);
-    train::reset_peak_memory(dev);
-    const double base = train::peak_memory_gb(dev);
+    megafold::synchronize(dev);
+    megafold::reset_peak_memory(dev);
+    const double base = megafold::peak_memory_gb(dev);
     at::Tensor out;
     {
       const AutocastScope scope(at::kCUDA, true, at::kBFloat16);
       out = swiglu_transition(x, ln_w, ln_b, w_in, w_out);
     }
-    train::synchronize(dev);
+    megafold::synchronize(dev);
     set_reference_only(false);
-    return (train::peak_memory_gb(dev) - base) * 1e9;
+    return (megafold::peak_memory_gb(dev) - base) * 1e9;
   };
   const double hidden_bytes = double(rows) * h * 2;
   EXPECT_LT(forward_extra_bytes(false), hidden_bytes / 2);

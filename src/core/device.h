@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace megafold::train {
+namespace megafold {
 
 bool cuda_available();
 // "auto" -> cuda:0 when available, else cpu. Errors name the value and suggest a fix.
@@ -20,4 +20,4 @@ double peak_memory_gb(const c10::Device& device);
 // One line per visible device for `megafold info`.
 std::vector<std::string> describe_devices();
 
-}  // namespace megafold::train
+}  // namespace megafold

@@ -10,7 +10,7 @@
 
 #include "model/config.h"
 
-namespace megafold::train {
+namespace megafold::config {
 
 struct DataConfig {
   std::string dir = "data/pdb";  // directory of mmCIF/PDB files (searched recursively)
@@ -90,4 +90,4 @@ std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now);
 TrainConfig parse_config(const std::string& json_text, const std::string& origin,
                          const std::vector<std::string>& assignments = {});
 
-}  // namespace megafold::train
+}  // namespace megafold::config

@@ -1,4 +1,4 @@
-#include "train/config.h"
+#include "config/config.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,9 +10,9 @@
 
 #include "core/check.h"
 #include "model/memory_plan.h"
-#include "train/builtin_configs.h"
+#include "config/builtin_configs.h"
 
-namespace megafold::train {
+namespace megafold::config {
 namespace {
 
 using nlohmann::json;
@@ -396,4 +396,4 @@ std::string resume_mismatch(const TrainConfig& saved, const TrainConfig& now) {
 
 std::string to_json(const TrainConfig& c) { return write_section(c).dump(2) + "\n"; }
 
-}  // namespace megafold::train
+}  // namespace megafold::config

@@ -1,4 +1,4 @@
-#include "train/device.h"
+#include "core/device.h"
 
 #include <sys/resource.h>
 
@@ -13,7 +13,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-namespace megafold::train {
+namespace megafold {
 
 bool cuda_available() {
 #ifdef MEGAFOLD_CUDA
@@ -102,4 +102,4 @@ std::vector<std::string> describe_devices() {
   return lines;
 }
 
-}  // namespace megafold::train
+}  // namespace megafold

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace megafold::train {
+namespace megafold {
 
 struct CheckpointMeta {
   int64_t step = 0;  // number of optimiser steps done
@@ -60,4 +60,4 @@ class CheckpointReader {
 // the checkpoint's config (read_checkpoint_meta). Throws megafold::Error naming the file.
 CheckpointMeta load_weights(const std::string& path, torch::nn::Module& model, bool ema);
 
-}  // namespace megafold::train
+}  // namespace megafold

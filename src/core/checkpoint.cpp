@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "core/checkpoint.h"
 
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -11,7 +11,7 @@
 #include "core/check.h"
 #include "core/files.h"
 
-namespace megafold::train {
+namespace megafold {
 namespace fs = std::filesystem;
 namespace {
 
@@ -172,4 +172,4 @@ CheckpointMeta load_weights(const std::string& path, torch::nn::Module& model, b
   return reader.meta();
 }
 
-}  // namespace megafold::train
+}  // namespace megafold

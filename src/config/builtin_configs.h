@@ -3,6 +3,6 @@
 #include <map>
 #include <string>
 
-namespace megafold::train {
+namespace megafold::config {
 const std::map<std::string, std::string>& builtin_configs();
 }
