@@ -27,6 +27,7 @@
 #include "core/mma.cuh"
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
 #include "ops/layernorm_linear/layernorm_linear_dispatch.cuh"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -35,7 +36,7 @@ using namespace megafold::mma;
 
 constexpr int kK = static_cast<int>(kLayerNormLinearCin);
 constexpr int kLd = kK + 8;       // padded row of a 128-wide tile
-constexpr int kThreads = 256;     // 8 warps
+constexpr int kThreads = kBlockThreads;  // 8 warps
 constexpr int kRows = 128;        // rows of x per forward / dx block (16 per warp)
 constexpr int kTileN = 64;        // c_out per streamed step (forward, dx)
 constexpr int kLdN = kTileN + 8;  // padded row of a 64-wide tile
@@ -503,9 +504,7 @@ __global__ void finish_kernel(const LayerNormLinearParams p) {
 
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t stream, Args... args) {
-  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(args...);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(kernel, grid, kThreads, smem_bytes, stream, args...);
 }
 
 // Rows per chunk of the weight-gradient reduction: whole 64-row steps (the sm_90a kernel's; two
@@ -559,11 +558,9 @@ void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream) {
       launch(dx_kernel<Tin, T>, dx_grid, kDxSmem, s, p);
       launch(g_kernel<Tin, T>, g_grid, kGSmem, s, p, per / kStepM);
     }
-    const auto blocks = static_cast<unsigned int>(std::min<int64_t>((p.N * kK + 255) / 256, 1024));
-    sum_chunks_kernel<<<blocks, 256, 0, s>>>(p, chunks);
-    MF_CUDA_CHECK(cudaGetLastError());
-    finish_kernel<T><<<kK, kThreads, 0, s>>>(p);
-    MF_CUDA_CHECK(cudaGetLastError());
+    const auto blocks = static_cast<unsigned int>(std::min<int64_t>((p.N * kK + kBlockThreads - 1) / kBlockThreads, 1024));
+    launch_kernel(sum_chunks_kernel, blocks, kBlockThreads, 0, s, p, chunks);
+    launch_kernel(finish_kernel<T>, kK, kThreads, 0, s, p);
   });
 }
 

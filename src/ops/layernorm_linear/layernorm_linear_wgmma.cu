@@ -32,6 +32,7 @@
 #include "ops/hopper/sm90.h"
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
 #include "ops/layernorm_linear/layernorm_linear_dispatch.cuh"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -495,8 +496,7 @@ void launch(const char* name, Kernel kernel, dim3 grid, int smem, cudaStream_t s
   MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   sm90::check_blocks_per_sm("layernorm_linear", name, reinterpret_cast<const void*>(kernel), Tr::kThreads, smem,
                             Tr::kBlocksPerSm);
-  kernel<<<grid, Tr::kThreads, smem, stream>>>(args...);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(kernel, grid, Tr::kThreads, smem, stream, args...);
 }
 
 unsigned grid_rows(int64_t M) {

@@ -12,11 +12,12 @@
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
 #include "ops/residual_update/residual_update_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlockThreads;
 
 template <typename T>
 __device__ __forceinline__ float widen(T x) {
@@ -116,8 +117,8 @@ void launch(const ResidualUpdateParams& p, void* stream) {
   auto go = [&](auto z, auto u) {
     using Z = decltype(z);
     using U = decltype(u);
-    if (vec) residual_update_kernel<Z, U, 4, kBackward><<<blocks, kThreads, 0, s>>>(p);
-    else residual_update_kernel<Z, U, 1, kBackward><<<blocks, kThreads, 0, s>>>(p);
+    if (vec) launch_kernel(residual_update_kernel<Z, U, 4, kBackward>, blocks, kThreads, 0, s, p);
+    else launch_kernel(residual_update_kernel<Z, U, 1, kBackward>, blocks, kThreads, 0, s, p);
   };
   // z in fp32 (the model's residual stream under autocast) or in the update's dtype.
   const DType zt = p.z_dtype, ut = p.u_dtype;

@@ -11,11 +11,12 @@
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
 #include "ops/swiglu_transition/swiglu_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlockThreads;
 
 using mma::from_float;
 using mma::load_pack;
@@ -68,13 +69,12 @@ void launch(const SwigluParams& p, void* stream) {
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16));
   auto go = [&](auto t) {
     using T = decltype(t);
-    if (vec) swiglu_kernel<T, 8, kBackward><<<blocks, kThreads, 0, s>>>(p);
-    else swiglu_kernel<T, 1, kBackward><<<blocks, kThreads, 0, s>>>(p);
+    if (vec) launch_kernel(swiglu_kernel<T, 8, kBackward>, blocks, kThreads, 0, s, p);
+    else launch_kernel(swiglu_kernel<T, 1, kBackward>, blocks, kThreads, 0, s, p);
   };
   if (p.dtype == DType::kBFloat16) go(__nv_bfloat16{});
   else if (p.dtype == DType::kFloat16) go(__half{});
   else MF_CHECK(false, "swiglu: the kernels take float16 or bfloat16");
-  MF_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace

@@ -21,13 +21,14 @@
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
 #include "ops/swiglu_transition/swiglu_transition_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
 
 using namespace megafold::mma;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlockThreads;
 
 template <int C, int R, int HC>
 struct Shape {
@@ -217,10 +218,8 @@ template <typename Tin, typename T, int C, int R, int HC>
 void launch(const SwigluTransitionParams& p, cudaStream_t stream) {
   using S = Shape<C, R, HC>;
   const auto kernel = fused_forward_kernel<Tin, T, C, R, HC>;
-  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
   const dim3 grid(static_cast<unsigned int>((p.M + R - 1) / R));
-  kernel<<<grid, kThreads, S::kSmemBytes, stream>>>(p);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(kernel, grid, kThreads, S::kSmemBytes, stream, p);
 }
 
 template <typename Tin, typename T>

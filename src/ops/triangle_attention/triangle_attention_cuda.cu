@@ -10,6 +10,7 @@
 #include "core/mma.cuh"
 #include "ops/hopper/sm90.h"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -100,8 +101,7 @@ void backward_prologue(const TriangleAttentionParams& p, cudaStream_t stream) {
   const int pieces = static_cast<int>(p.d) / kVec, rows_per_block = kPrologueThreads / pieces;
   const int64_t rows = p.B * p.R * p.N * p.H;
   const auto blocks = static_cast<unsigned int>((rows + rows_per_block - 1) / rows_per_block);
-  backward_prologue_kernel<T, kVec><<<blocks, rows_per_block * pieces, 0, stream>>>(p, rows_per_block);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(backward_prologue_kernel<T, kVec>, blocks, rows_per_block * pieces, 0, stream, p, rows_per_block);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -890,9 +891,9 @@ int64_t tiles(int64_t n, int per) { return (n + per - 1) / per; }
 
 void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream) {
   const int64_t n = p.B * p.H * p.N * p.N;
-  const auto blocks = static_cast<unsigned int>(std::min<int64_t>((n + 255) / 256, 4096));
-  dbias_reduce_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(p.dbias_partial, p.dbias, chunks, n);
-  MF_CUDA_CHECK(cudaGetLastError());
+  const auto blocks = static_cast<unsigned int>(std::min<int64_t>((n + kBlockThreads - 1) / kBlockThreads, 4096));
+  launch_kernel(dbias_reduce_kernel, blocks, kBlockThreads, 0, static_cast<cudaStream_t>(stream), p.dbias_partial,
+                p.dbias, chunks, n);
 }
 
 namespace {
@@ -916,12 +917,10 @@ int vector_width(const TriangleAttentionParams& p) {
   return fits(8) ? 8 : fits(2) ? 2 : 1;
 }
 
-// Launches a kernel that takes `bytes` of dynamic shared memory (above the 48 KB default).
+// Launches a kernel of this file's block size with `bytes` of dynamic shared memory.
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, int bytes, cudaStream_t stream, Args... args) {
-  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  kernel<<<grid, kThreads, bytes, stream>>>(args...);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(kernel, grid, kThreads, bytes, stream, args...);
 }
 
 // Grids are 1D with the tile index fastest: the blocks that share a row's keys and values

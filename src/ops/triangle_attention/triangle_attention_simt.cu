@@ -9,6 +9,7 @@
 
 #include "core/cuda_check.h"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -278,21 +279,17 @@ unsigned int tiles(int64_t n, int per) { return static_cast<unsigned int>((n + p
 template <int D>
 void launch_forward(const TriangleAttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned int>(p.B * p.R * p.H), tiles(p.N, kThreads));
-  forward_kernel<D><<<grid, kThreads, 0, stream>>>(p);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(forward_kernel<D>, grid, kThreads, 0, stream, p);
 }
 
 template <int D>
 void launch_backward(const TriangleAttentionParams& p, cudaStream_t stream) {
   const dim3 rows(static_cast<unsigned int>(p.B * p.R * p.H), tiles(p.N, kThreads));
-  dq_kernel<D><<<rows, kThreads, 0, stream>>>(p);
-  MF_CUDA_CHECK(cudaGetLastError());
-  dkv_kernel<D><<<rows, kThreads, 0, stream>>>(p);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(dq_kernel<D>, rows, kThreads, 0, stream, p);
+  launch_kernel(dkv_kernel<D>, rows, kThreads, 0, stream, p);
   if (p.dbias != nullptr) {
     const dim3 grid(static_cast<unsigned int>(p.B * p.H) * tiles(p.N, kBiasRows), tiles(p.N, kThreads));
-    dbias_kernel<D><<<grid, kThreads, 0, stream>>>(p);
-    MF_CUDA_CHECK(cudaGetLastError());
+    launch_kernel(dbias_kernel<D>, grid, kThreads, 0, stream, p);
   }
 }
 

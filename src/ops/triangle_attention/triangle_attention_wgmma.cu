@@ -32,6 +32,7 @@
 #include "core/mma.cuh"
 #include "ops/hopper/sm90.h"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -569,8 +570,7 @@ template <typename Kernel, typename... Args>
 void launch(const char* name, Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, Args... args) {
   MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   sm90::check_blocks_per_sm("triangle_attention", name, reinterpret_cast<const void*>(kernel), threads, smem, 2);
-  kernel<<<grid, threads, smem, stream>>>(args...);
-  MF_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(kernel, grid, threads, smem, stream, args...);
 }
 
 void check_grid(int64_t x, int64_t y, int64_t z) {

@@ -18,11 +18,12 @@
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
 #include "ops/triangle_multiplication/triangle_multiplication_cuda.h"
+#include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlockThreads;
 constexpr int kGroups = 8;                      // channel patches per block (adjacent lanes)
 constexpr int kRowPatches = kThreads / kGroups;  // row patches per block
 
@@ -193,9 +194,9 @@ void trimul_operands_forward(const PairLayout& l, const TrimulOperands& o, void*
   const bool vec = vectorizable(l, {o.ld, o.c_gate}, {o.proj, o.a, o.b, o.gate});
   run(l, vec, stream, [&](auto t, auto v, cudaStream_t s) {
     using T = decltype(t);
-    rows_to_channels_kernel<T, v(), true><<<grid(l, o.c_gate > 0 ? 3 : 2, v(), o.c_gate), kThreads, 0, s>>>(
-        l, static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.a), static_cast<T*>(o.b),
-        static_cast<T*>(o.gate), o.c_gate);
+    launch_kernel(rows_to_channels_kernel<T, v(), true>, grid(l, o.c_gate > 0 ? 3 : 2, v(), o.c_gate), kThreads, 0,
+                  s, l, static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.a), static_cast<T*>(o.b),
+                  static_cast<T*>(o.gate), o.c_gate);
   });
 }
 
@@ -203,25 +204,29 @@ void trimul_operands_backward(const PairLayout& l, const TrimulOperands& o, void
   const bool vec = vectorizable(l, {o.ld, o.c_gate}, {o.proj, o.a, o.b, o.gate, o.dproj});
   run(l, vec, stream, [&](auto t, auto v, cudaStream_t s) {
     using T = decltype(t);
-    channels_to_rows_kernel<T, v(), true><<<grid(l, o.c_gate > 0 ? 3 : 2, v(), o.c_gate), kThreads, 0, s>>>(
-        l, static_cast<const T*>(o.a), static_cast<const T*>(o.b), static_cast<const T*>(o.gate), o.c_gate,
-        static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.dproj), 4 * l.c + o.c_gate);
+    launch_kernel(channels_to_rows_kernel<T, v(), true>, grid(l, o.c_gate > 0 ? 3 : 2, v(), o.c_gate), kThreads, 0,
+                  s, l, static_cast<const T*>(o.a), static_cast<const T*>(o.b), static_cast<const T*>(o.gate),
+                  o.c_gate, static_cast<const T*>(o.proj), o.ld, o.mask, static_cast<T*>(o.dproj),
+                  4 * l.c + o.c_gate);
   });
 }
 
 void channels_to_rows(const PairLayout& l, const void* src, void* dst, void* stream) {
   run(l, vectorizable(l, {}, {src, dst}), stream, [&](auto t, auto v, cudaStream_t s) {
     using T = decltype(t);
-    channels_to_rows_kernel<T, v(), false><<<grid(l, 1, v()), kThreads, 0, s>>>(
-        l, static_cast<const T*>(src), nullptr, nullptr, 0, nullptr, 0, nullptr, static_cast<T*>(dst), l.c);
+    launch_kernel(channels_to_rows_kernel<T, v(), false>, grid(l, 1, v()), kThreads, 0, s, l,
+                  static_cast<const T*>(src), static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), 0,
+                  static_cast<const T*>(nullptr), int64_t{0}, static_cast<const float*>(nullptr),
+                  static_cast<T*>(dst), l.c);
   });
 }
 
 void rows_to_channels(const PairLayout& l, const void* src, void* dst, void* stream) {
   run(l, vectorizable(l, {}, {src, dst}), stream, [&](auto t, auto v, cudaStream_t s) {
     using T = decltype(t);
-    rows_to_channels_kernel<T, v(), false><<<grid(l, 1, v()), kThreads, 0, s>>>(
-        l, static_cast<const T*>(src), l.c, nullptr, static_cast<T*>(dst), nullptr, nullptr, 0);
+    launch_kernel(rows_to_channels_kernel<T, v(), false>, grid(l, 1, v()), kThreads, 0, s, l,
+                  static_cast<const T*>(src), l.c, static_cast<const float*>(nullptr), static_cast<T*>(dst),
+                  static_cast<T*>(nullptr), static_cast<T*>(nullptr), 0);
   });
 }
 
