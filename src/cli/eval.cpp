@@ -73,6 +73,7 @@ int eval_main(const std::vector<std::string>& argv) {
     data::Entry e;
     try {
       e = data::load_entry(path);
+      for (const std::string& w : e.warnings) std::cerr << "warning: " << w << "\n";
     } catch (const std::exception& ex) {
       std::cerr << "warning: skipping " << ex.what() << "\n";
       skipped.push_back(ex.what());

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -294,6 +295,8 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
   }
   try {
     Entry e = load_entry(path);
+    for (const std::string& w : e.warnings)  // the row names the source already
+      o.warnings.push_back(w.rfind(path + ": ", 0) == 0 ? w.substr(path.size() + 2) : w);
     e.name = name;
     attach_msas(e, opts.msa, o.warnings);
     const std::string bytes = encode_entry(e);
@@ -347,7 +350,10 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
   std::ostringstream skipped;
   skipped << "source\treason\n";
   for (const Outcome& o : outcomes) {
-    for (const std::string& w : o.warnings) skipped << o.source << "\t" << w << "\n";
+    for (const std::string& w : o.warnings) {
+      skipped << o.source << "\t" << w << "\n";
+      std::cerr << "warning: " << o.source << ": " << w << "\n";
+    }
     if (!o.error.empty()) {
       skipped << o.source << "\t" << o.error << "\n";
       ++s.skipped;

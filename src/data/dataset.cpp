@@ -73,7 +73,10 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
     found = paths.size();
     for (const std::string& p : paths) {
       try {
-        add(load_entry(p));
+        Entry e = load_entry(p);
+        if (!quiet)
+          for (const std::string& w : e.warnings) std::cerr << "warning: " << w << "\n";
+        add(std::move(e));
       } catch (const std::exception& ex) {
         skip(ex.what());
       }

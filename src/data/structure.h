@@ -43,6 +43,9 @@ struct Entry {
                                        // (msa_for_chain); depth 0 = single sequence
   int dropped_residues = 0;            // waters, ligands, non-protein polymers
   int dropped_hydrogens = 0;
+  // What parsing skipped and why, one line each naming the file (atoms with non-finite or
+  // absurd coordinates). Not stored in the feature cache; callers print them.
+  std::vector<std::string> warnings;
 
   int n_tokens() const { return static_cast<int>(restype.size()); }
   int n_chains() const { return static_cast<int>(chain_ids.size()); }
@@ -51,6 +54,12 @@ struct Entry {
 
 // Parses an mmCIF or PDB file (optionally .gz). Throws megafold::Error whose message names
 // the file and what is wrong (unreadable, truncated, not a structure, no protein chain).
+// Atoms whose coordinates are not finite or lie beyond kMaxCoordinate Angstrom of the origin
+// in any axis (placeholders such as 99999, overflowed fields) are skipped, each named in
+// Entry::warnings (the first kMaxCoordinateWarnings, then a count); a residue left without
+// atoms is no token, and an entry left without tokens is rejected.
+inline constexpr double kMaxCoordinate = 9999.0;
+inline constexpr int kMaxCoordinateWarnings = 5;
 Entry load_entry(const std::string& path);
 
 // Rule 6 on a filled entry: entity_id and sym_id from the chains' sequences.

@@ -12,6 +12,8 @@
 #undef GEMMI_WRITE_IMPLEMENTATION
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -36,9 +38,23 @@ bool is_peptide_chain(const gemmi::ConstResidueSpan& polymer) {
   return t == gemmi::PolymerType::PeptideL || t == gemmi::PolymerType::PeptideD;
 }
 
+bool usable_position(const gemmi::Position& p) {
+  for (const double v : {p.x, p.y, p.z})
+    if (!std::isfinite(v) || std::fabs(v) > kMaxCoordinate) return false;
+  return true;
+}
+
+std::string format_position(const gemmi::Position& p) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "(%g, %g, %g)", p.x, p.y, p.z);
+  return buf;
+}
+
 // Appends one token for residue `res` of amino-acid type t. Returns false when no heavy
-// atom of the residue fits the dense layout (the residue is then not a token).
-bool append_token(Entry& e, const gemmi::Residue& res, int t, int asym, int32_t index) {
+// atom of the residue fits the dense layout (the residue is then not a token). Atoms with
+// unusable coordinates are skipped and counted in `bad_atoms`, the first few named.
+bool append_token(Entry& e, const gemmi::Chain& chain, const gemmi::Residue& res, int t, int asym, int32_t index,
+                  int& bad_atoms) {
   std::array<float, kMaxAtomsPerToken * 3> xyz{};
   std::array<uint8_t, kMaxAtomsPerToken> mask{};
   std::array<float, kMaxAtomsPerToken> best_occ{};
@@ -49,6 +65,14 @@ bool append_token(Entry& e, const gemmi::Residue& res, int t, int asym, int32_t 
     }
     const int slot = atom_slot(t, a.name);
     if (slot < 0) continue;  // OXT and atoms outside the layout
+    if (!usable_position(a.pos)) {
+      if (++bad_atoms <= kMaxCoordinateWarnings)
+        e.warnings.push_back(e.path + ": chain " + chain.name + " residue " + res.name + " " + res.seqid.str() +
+                             " atom " + a.name + ": coordinates " + format_position(a.pos) +
+                             " are not finite or beyond " + std::to_string(static_cast<int>(kMaxCoordinate)) +
+                             " A; atom skipped");
+      continue;
+    }
     // Altlocs: keep the highest occupancy, the first conformer on ties.
     if (mask[slot] && a.occ <= best_occ[slot]) continue;
     mask[slot] = 1;
@@ -85,7 +109,7 @@ bool is_structure_file(const std::string& path) {
 }
 
 void assign_entities(Entry& e) {
-  // Rule 6: entities by identical sequence, sym_id by copy number within the entity.
+  // Rule 8: entities by identical sequence, sym_id by copy number within the entity.
   std::map<std::string, std::pair<int, int>> entity_of;  // sequence -> (entity, copies)
   std::vector<int> chain_entity(e.n_chains()), chain_sym(e.n_chains());
   for (int c = 0; c < e.n_chains(); ++c) {
@@ -127,6 +151,7 @@ Entry load_entry(const std::string& path) {
   e.path = path;
   e.name = entry_name(path);
   const gemmi::Model& model = st.models.front();  // rule 1: first model only
+  int bad_atoms = 0;
   for (const gemmi::Chain& chain : model.chains) {
     const gemmi::ConstResidueSpan polymer = chain.get_polymer();
     const int n_before = e.n_tokens();
@@ -143,12 +168,18 @@ Entry load_entry(const std::string& path) {
       int t = amino_acid_index(res.name);
       if (t < 0) t = kUnknownAminoAcid;  // other peptide-linked residues: rule 3
       int32_t index = res.label_seq ? static_cast<int32_t>(*res.label_seq) : res.seqid.num.value;
-      if (index <= last_index) index = last_index + 1;  // insertion codes: rule 5
-      if (append_token(e, res, t, asym, index)) last_index = index;
+      if (index <= last_index) index = last_index + 1;  // insertion codes: rule 7
+      if (append_token(e, chain, res, t, asym, index, bad_atoms)) last_index = index;
     }
     e.dropped_residues += static_cast<int>(chain.residues.size() - polymer.size());
     if (e.n_tokens() > n_before) e.chain_ids.push_back(chain.name);
   }
+  if (bad_atoms > kMaxCoordinateWarnings)
+    e.warnings.push_back(path + ": " + std::to_string(bad_atoms - kMaxCoordinateWarnings) +
+                         " more atoms with unusable coordinates skipped");
+  if (e.n_tokens() == 0 && bad_atoms > 0)
+    reject(path, "no usable coordinates: " + std::to_string(bad_atoms) +
+                     " atoms have non-finite or absurd coordinates (" + e.warnings.front().substr(path.size() + 2) + ")");
   if (e.n_tokens() == 0)
     reject(path, "no protein chain with resolved residues (" +
                      std::to_string(e.dropped_residues) + " non-protein residues dropped)");

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <iostream>
 
 #include "core/check.h"
 #include "data/features.h"
@@ -84,7 +85,9 @@ data::Entry load_input(const std::string& path) {
   MF_CHECK(data::is_structure_file(path), path,
            ": unknown input type; expected a structure (.cif .mmcif .pdb .ent, optionally .gz) or a FASTA file "
            "(.fasta .fa .faa .fas)");
-  return data::load_entry(path);
+  data::Entry e = data::load_entry(path);
+  for (const std::string& w : e.warnings) std::cerr << "warning: " << w << "\n";
+  return e;
 }
 
 }  // namespace megafold::infer
