@@ -62,7 +62,7 @@ inline constexpr double kMaxCoordinate = 9999.0;
 inline constexpr int kMaxCoordinateWarnings = 5;
 Entry load_entry(const std::string& path);
 
-// Rule 6 on a filled entry: entity_id and sym_id from the chains' sequences.
+// Rule 8 on a filled entry: entity_id and sym_id from the chains' sequences.
 void assign_entities(Entry& e);
 
 // Reads a protein FASTA file: one chain per record (chain ids A, B, ... in file order),
