@@ -36,6 +36,11 @@ OptionSpec set_option();
 std::string usage(const std::string& command, const std::string& summary,
                   const std::vector<OptionSpec>& specs);
 
+// Exit codes: 0 done, 1 error (named on stderr), 2 usage; a run stopped by SIGINT, SIGTERM or
+// SIGHUP after writing its checkpoint exits kExitStopped (EX_TEMPFAIL: incomplete, resumable),
+// so a scheduler can tell it from a finished one.
+inline constexpr int kExitStopped = 75;
+
 // Subcommands; each returns the process exit code.
 int info_main(const std::vector<std::string>& args);
 int train_main(const std::vector<std::string>& args);

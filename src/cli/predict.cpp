@@ -56,6 +56,9 @@ int predict_main(const std::vector<std::string>& argv) {
             << " sampler steps on " << predictor.device().str() << " (checkpoint step " << predictor.step() << ")"
             << std::endl;
   const infer::PredictedEntry r = predictor.predict(entry, samples, seed);
+  MF_CHECK(at::isfinite(r.coords).all().item<bool>(), "the sampled coordinates are not finite: the checkpoint ",
+           checkpoint, " holds weights that diverged (its run logged non-finite losses?); "
+           "nothing was written. Use an earlier checkpoint of that run");
 
   std::filesystem::create_directories(out);
   data::Entry predicted = entry;

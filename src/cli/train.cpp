@@ -77,9 +77,15 @@ int train_main(const std::vector<std::string>& argv) {
   }
   const train::TrainResult r = train::run_training(cfg, opts);
   if (!opts.quiet) {
-    std::printf("done: %lld steps, loss %.4f -> %.4f (first/last 10%% mean), median step %.1f ms, "
-                "peak memory %.2f GB\n",
-                static_cast<long long>(r.steps_done), r.first_loss, r.last_loss, r.step_ms, r.peak_gb);
+    std::printf("%s: %lld steps, loss %.4f -> %.4f (first/last 10%% mean), median step %.1f ms, "
+                "peak memory %.2f GB, %lld steps skipped (non-finite)\n",
+                r.stopped ? "stopped" : "done", static_cast<long long>(r.steps_done), r.first_loss, r.last_loss,
+                r.step_ms, r.peak_gb, static_cast<long long>(r.skipped_steps));
+  }
+  if (r.stopped) {
+    std::fprintf(stderr, "megafold train: stopped by a signal before step %lld; a checkpoint was written: continue "
+                 "with --resume (exit code %d)\n", static_cast<long long>(cfg.steps), kExitStopped);
+    return kExitStopped;
   }
   return 0;
 }

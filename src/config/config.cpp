@@ -97,7 +97,7 @@ void keys(S& c, auto&& f) {
   f("name", c.name), f("model", c.model), f("data", c.data), f("optim", c.optim), f("steps", c.steps);
   f("seed", c.seed), f("device", c.device), f("bf16", c.bf16), f("threads", c.threads);
   f("log_every", c.log_every), f("val_every", c.val_every), f("checkpoint_every", c.checkpoint_every);
-  f("keep_checkpoints", c.keep_checkpoints);
+  f("keep_checkpoints", c.keep_checkpoints), f("max_skipped_steps", c.max_skipped_steps);
 }
 
 template <typename T>
@@ -226,6 +226,7 @@ void validate(const TrainConfig& c, const std::string& origin) {
   non_negative(c.optim.decay_every, "optim.decay_every");
   if (c.val_every < -1) throw Error(origin + ": 'val_every' must be >= -1 (0: only at the end, -1: never)");
   non_negative(c.threads, "threads");
+  non_negative(c.max_skipped_steps, "max_skipped_steps");
   auto in_range = [&](double v, double lo, double hi, const char* key, const char* range) {
     if (!(v >= lo && v <= hi)) throw Error(origin + ": '" + key + "' must be in " + range + ", got " + std::to_string(v));
   };

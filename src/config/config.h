@@ -57,6 +57,9 @@ struct TrainConfig {
   int64_t val_every = 100;       // 0 = only at the end, -1 = never (benchmarks)
   int64_t checkpoint_every = 100;
   int64_t keep_checkpoints = 3;
+  // Steps whose loss or gradient is not finite are skipped (no update) and named; this many in
+  // a row stop the run with an error (0: never stop).
+  int64_t max_skipped_steps = 10;
 };
 
 // Names of the embedded configs (configs/*.json without extension).

@@ -3,9 +3,16 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "core/check.h"
@@ -29,7 +36,78 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   return out;
 }
 
+std::string checksum_path(const std::string& checkpoint) { return checkpoint + ".crc32"; }
+
+// The archive streamed to `path` with write(2): a failed write (a full disk) is remembered and
+// reported after the archive is done, since the archive writer must not see it (it aborts the
+// process when a write fails inside its destructor). Returns the CRC-32 and size written.
+std::pair<uint32_t, uint64_t> write_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MF_CHECK(fd >= 0, "cannot create ", path, ": ", std::strerror(errno));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  uint64_t bytes = 0;
+  int error = 0;
+  archive.save_to([&](const void* data, size_t n) -> size_t {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t done = 0; error == 0 && done < n;) {
+      const ssize_t w = ::write(fd, p + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) error = w < 0 ? errno : ENOSPC;
+      else done += static_cast<size_t>(w);
+    }
+    for (size_t at = 0; at < n; at += 1u << 30)
+      crc = crc32(crc, p + at, static_cast<uInt>(std::min<size_t>(n - at, 1u << 30)));
+    bytes += n;
+    return n;
+  });
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  ::close(fd);
+  if (error != 0) {
+    std::error_code ignored;
+    fs::remove(path, ignored);
+    throw Error(error == ENOSPC || error == EDQUOT
+                    ? "disk full at " + path + ": checkpoint not written (the previous checkpoints are kept)"
+                    : "cannot write " + path + ": " + std::strerror(error) + " (the previous checkpoints are kept)");
+  }
+  return {static_cast<uint32_t>(crc), bytes};
+}
+
 }  // namespace
+
+void verify_checkpoint(const std::string& path) {
+  std::ifstream sum(checksum_path(path));
+  if (!sum) return;  // written before checksums: nothing to compare against
+  std::string tag;
+  uint32_t expected = 0;
+  uint64_t expected_bytes = 0;
+  sum >> tag >> std::hex >> expected >> std::dec >> expected_bytes;
+  MF_CHECK(sum && tag == "crc32", checksum_path(path), ": malformed checksum file");
+  std::ifstream in(path, std::ios::binary);
+  MF_CHECK(in.good(), path, ": cannot read checkpoint");
+  std::vector<char> buf(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  uint64_t bytes = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(n));
+    bytes += n;
+  }
+  if (static_cast<uint32_t>(crc) != expected || bytes != expected_bytes) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "crc32 %08x over %llu bytes, written with %08x over %llu",
+                  static_cast<uint32_t>(crc), static_cast<unsigned long long>(bytes), expected,
+                  static_cast<unsigned long long>(expected_bytes));
+    throw Error(path + ": checksum mismatch (" + text +
+                "): the file changed after it was written (a flipped bit, a truncated or partial copy)");
+  }
+}
+
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& c : list_checkpoints(dir)) out.insert(out.begin(), c.second);
+  return out;
+}
 
 std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                             torch::nn::Module& model, const std::vector<at::Tensor>& ema,
@@ -55,11 +133,17 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   std::snprintf(name, sizeof(name), "step_%08lld.pt", static_cast<long long>(meta.step));
   const std::string final_path = (fs::path(dir) / name).string();
   const std::string tmp_path = final_path + ".tmp";
-  archive.save_to(tmp_path);
+  const auto [crc, bytes] = write_archive(archive, tmp_path);
+  char sum[64];
+  std::snprintf(sum, sizeof(sum), "crc32 %08x %llu\n", crc, static_cast<unsigned long long>(bytes));
+  write_file_atomically(checksum_path(final_path), sum);  // first: a checkpoint is never without its sum
   publish_file(tmp_path, final_path);
 
   auto all = list_checkpoints(dir);
-  for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i].second);
+  for (size_t i = 0; i + keep < all.size(); ++i) {
+    fs::remove(all[i].second);
+    fs::remove(checksum_path(all[i].second));
+  }
   return final_path;
 }
 
@@ -120,6 +204,7 @@ std::vector<at::Tensor> read_ema(torch::serialize::InputArchive& archive, torch:
 }  // namespace
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  verify_checkpoint(path);
   try {
     archive_.load_from(path, at::Device(at::kCPU));  // a GPU run's checkpoint loads anywhere
     meta_ = read_meta(archive_);
@@ -148,6 +233,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) { return Checkpoint
 
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
                                std::vector<at::Tensor>& ema, torch::optim::Optimizer& optimizer) {
+  verify_checkpoint(path);
   CheckpointMeta meta;
   try {
     torch::serialize::InputArchive archive, model_archive, optim_archive;

@@ -1,7 +1,9 @@
 #pragma once
 // Checkpoints: one file per saved step, written atomically (temporary file, fsync, rename,
 // fsync of the directory), so a run killed at any moment leaves either the previous
-// checkpoint or the new one, never a torn file.
+// checkpoint or the new one, never a torn file. Each has a CRC-32 beside it
+// (step_<step>.pt.crc32, written first), checked before every load; a full disk is an error
+// naming the path, the partial file removed and the previous checkpoints kept.
 //
 // Contents: model parameters, EMA parameters (by parameter name; checkpoints that stored them
 // by position still load), optimiser state, the step, the run seed and the config JSON. Data order and dropout masks are pure functions of (seed, step), so the step
@@ -30,6 +32,13 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
 
 // Path of the newest checkpoint in dir, if any (leftover temporary files are ignored).
 std::optional<std::string> latest_checkpoint(const std::string& dir);
+
+// Every checkpoint in dir, newest first (a resume falls back along this list).
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
+
+// Throws megafold::Error naming the file when its bytes do not match the checksum written
+// with it (checkpoints written before checksums pass).
+void verify_checkpoint(const std::string& path);
 
 // Reads only the step, seed and config of a checkpoint (to check a resume before loading).
 CheckpointMeta read_checkpoint_meta(const std::string& path);

@@ -1,14 +1,20 @@
 #include "train/trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -52,22 +58,50 @@ constexpr uint64_t kRecycleSalt = 0x72656379;  // "recy": trunk passes per train
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_stop_signal(int) { g_stop_requested = true; }
 
-// SIGINT/SIGTERM finish the current step, write a checkpoint and return.
+// SIGINT/SIGTERM/SIGHUP (a closed terminal or ssh session) finish the current step, write a
+// checkpoint and return (TrainResult::stopped).
 class StopSignals {
  public:
   StopSignals() {
     g_stop_requested = false;
-    prev_int_ = std::signal(SIGINT, on_stop_signal);
-    prev_term_ = std::signal(SIGTERM, on_stop_signal);
+    for (size_t i = 0; i < kSignals.size(); ++i) previous_[i] = std::signal(kSignals[i], on_stop_signal);
   }
   ~StopSignals() {
-    std::signal(SIGINT, prev_int_);
-    std::signal(SIGTERM, prev_term_);
+    for (size_t i = 0; i < kSignals.size(); ++i) std::signal(kSignals[i], previous_[i]);
   }
 
  private:
-  void (*prev_int_)(int);
-  void (*prev_term_)(int);
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<void (*)(int), 3> previous_{};
+};
+
+// Holds <out>/.lock (flock) while a run trains into <out>, so that a second run into the same
+// folder stops with a message instead of overwriting the first one's checkpoints and metrics.
+// The kernel drops the lock when the process ends, however it ends.
+class RunLock {
+ public:
+  explicit RunLock(const fs::path& dir) {
+    const std::string path = (dir / ".lock").string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    MF_CHECK(fd_ >= 0, "cannot open ", path, ": ", std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char pid[32] = {};
+      const ssize_t n = ::pread(fd_, pid, sizeof(pid) - 1, 0);
+      ::close(fd_);
+      throw Error("--out " + dir.string() + " is in use by another megafold train (pid " +
+                  (n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("unknown")) +
+                  "); wait for it to finish or choose another --out");
+    }
+    const std::string pid = std::to_string(::getpid());
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+      std::cerr << "warning: cannot record this run's pid in " << path << ": " << std::strerror(errno) << "\n";
+  }
+  ~RunLock() { ::close(fd_); }
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
 };
 
 // Rank r of a data-parallel job of `world` ranks takes samples (step * world + r) * batch + b of
@@ -207,7 +241,7 @@ class Run {
   void validate(int64_t step, Progress& progress);
   // Rank 0 writes <out>/checkpoints/step_<step>.pt atomically.
   void checkpoint(int64_t step);
-  // Whether every rank has been asked to stop (SIGINT/SIGTERM on any of them).
+  // Whether every rank has been asked to stop (a stop signal on any of them).
   bool stop_requested();
   void say(const std::string& s) const {
     if (!quiet) std::cout << s << std::endl;
@@ -220,6 +254,7 @@ class Run {
   fs::path out_dir, ckpt_dir;
   int64_t start = 0;  // the first step to run (after a resume, the checkpoint's)
   data::Dataset ds;
+  int64_t skipped_total = 0, skipped_in_row = 0;  // steps with a non-finite loss or gradient
 
  private:
   std::unique_ptr<dist::ProcessGroup> dp_, pairs_;
@@ -230,6 +265,7 @@ class Run {
   std::optional<MetricsLog> metrics_;
   std::optional<dist::GradientSync> grad_sync_;
   std::optional<std::pair<double, double>> last_plddt_;  // pLDDT loss and rollout lDDT
+  std::optional<RunLock> lock_;
 };
 
 Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_in) {
@@ -256,6 +292,7 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
   out_dir = opts.out_dir;
   ckpt_dir = out_dir / "checkpoints";
   fs::create_directories(out_dir);
+  if (lead) lock_.emplace(out_dir);
 
   ds = data::load_dataset(cfg.data.dir, quiet, cfg.data.overfit);
   if (!cfg.data.weights.empty()) data::load_weights(ds, cfg.data.weights);
@@ -275,16 +312,39 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
 
   const auto existing = latest_checkpoint(ckpt_dir.string());
   if (opts.resume && existing) {
-    const config::TrainConfig saved = config::parse_config(read_checkpoint_meta(*existing).config_json, *existing);
-    const std::string diff = config::resume_mismatch(saved, cfg);
-    MF_CHECK(diff.empty(), "cannot resume from ", *existing, ": the run was started with other ",
-             "settings (", diff, "); resume with the original config or start a new --out");
-    if (saved.model.memory != cfg.model.memory)
-      say("warning: resuming under memory mode " + cfg.model.memory + " (the run used " + saved.model.memory +
-          "): the bf16 block boundary of balanced/frontier differs from fast, so the numerics move; "
-          "same-mode resumes are bitwise");
-    start = load_checkpoint(*existing, *model_, ema_->shadow(), *optimizer_).step;
-    say("resume: " + *existing + " (step " + std::to_string(start) + ")");
+    // The newest checkpoint that is whole: a damaged one (checksum, unreadable) is named on
+    // stderr (also under --quiet) and the one before it tried. A config mismatch is no damage:
+    // it stops the resume.
+    std::string reasons;
+    for (const std::string& path : checkpoints_newest_first(ckpt_dir.string())) {
+      std::optional<config::TrainConfig> saved;
+      try {
+        saved = config::parse_config(read_checkpoint_meta(path).config_json, path);
+      } catch (const Error& ex) {
+        if (lead) std::cerr << "warning: " << ex.what() << "; trying the checkpoint before it" << std::endl;
+        reasons += std::string("\n  ") + ex.what();
+        continue;
+      }
+      const std::string diff = config::resume_mismatch(*saved, cfg);
+      MF_CHECK(diff.empty(), "cannot resume from ", path, ": the run was started with other ",
+               "settings (", diff, "); resume with the original config or start a new --out");
+      if (saved->model.memory != cfg.model.memory)
+        say("warning: resuming under memory mode " + cfg.model.memory + " (the run used " + saved->model.memory +
+            "): the bf16 block boundary of balanced/frontier differs from fast, so the numerics move; "
+            "same-mode resumes are bitwise");
+      try {
+        start = load_checkpoint(path, *model_, ema_->shadow(), *optimizer_).step;
+      } catch (const Error& ex) {
+        if (lead) std::cerr << "warning: " << ex.what() << "; trying the checkpoint before it" << std::endl;
+        reasons += std::string("\n  ") + ex.what();
+        continue;
+      }
+      say("resume: " + path + " (step " + std::to_string(start) + ")");
+      reasons.clear();
+      break;
+    }
+    MF_CHECK(reasons.empty(), "--resume: no usable checkpoint in ", ckpt_dir.string(), ":", reasons,
+             "\nmove the damaged files away to start this run from step 0");
   } else if (opts.resume) {
     say("resume: no checkpoint in " + ckpt_dir.string() + ", starting from step 0");
   } else {
@@ -344,9 +404,20 @@ StepOutcome Run::step(const data::Batch& batch, int64_t step, double lr, Progres
     if (s.finite) {
       optimizer_->step();
       ema_->update(params_);
-    } else if (!quiet) {
-      progress.message("warning: step " + std::to_string(step + 1) +
-                       " has a non-finite loss or gradient; update skipped");
+      skipped_in_row = 0;
+    } else {
+      ++skipped_total, ++skipped_in_row;
+      std::string entries;
+      for (const std::string& name : batch.names) entries += (entries.empty() ? "" : ", ") + name;
+      if (!quiet)
+        progress.message("warning: step " + std::to_string(step + 1) + " has a non-finite loss or gradient (" +
+                         (std::isfinite(s.loss_value) ? "gradient norm " : "loss ") +
+                         std::to_string(std::isfinite(s.loss_value) ? s.grad_norm : s.loss_value) + "; entries " +
+                         entries + "); update skipped (" + std::to_string(skipped_in_row) + " in a row)");
+      MF_CHECK(cfg.max_skipped_steps == 0 || skipped_in_row < cfg.max_skipped_steps, skipped_in_row,
+               " steps in a row (the last ", step + 1, ", entries ", entries,
+               ") had a non-finite loss or gradient; stopping (max_skipped_steps). The last checkpoint holds the ",
+               "weights before them: lower optim.lr, check these entries, or resume with --set max_skipped_steps=0");
     }
   } catch (const c10::OutOfMemoryError&) {
     // Checkpoints are written between steps only, so the newest one is whole.
@@ -370,7 +441,8 @@ void Run::log(int64_t step, const StepOutcome& s, const data::Batch& batch, doub
       {"step_ms", ms},
       {"data_wait_ms", data_wait_ms},
       {"peak_memory_gb", peak_memory_gb(device)},
-      {"skipped", s.finite ? 0.0 : 1.0}};
+      {"skipped", s.finite ? 0.0 : 1.0},
+      {"skipped_total", static_cast<double>(skipped_total)}};
   if (grad_sync_) {  // how much of the gradient all-reduce ran while backward did
     fields["grad_buckets"] = static_cast<double>(grad_sync_->buckets());
     fields["grad_buckets_during_backward"] = static_cast<double>(grad_sync_->launched_during_backward());
@@ -485,6 +557,8 @@ TrainResult run_training(const config::TrainConfig& cfg_in, const TrainOptions& 
     result.step_ms = step_ms[0];
   }
   result.peak_gb = peak_memory_gb(run.device);
+  result.skipped_steps = run.skipped_total;
+  result.stopped = stopped;
   return result;
 }
 

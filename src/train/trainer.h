@@ -22,6 +22,8 @@ struct TrainResult {
   double first_loss = 0, last_loss = 0;  // mean over the first / last log window
   double step_ms = 0;                    // median step time over the run (after warm-up)
   double peak_gb = 0;
+  int64_t skipped_steps = 0;  // steps with a non-finite loss or gradient (no update)
+  bool stopped = false;       // a stop signal ended the run early (a checkpoint was written)
 };
 
 // Learning rate at optimiser step `step` (0-based): linear warm-up, then step decay (AF3).

@@ -1,13 +1,17 @@
 // Trainer pieces: schedule, config resolution and errors, atomic checkpoints.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 
 #include "core/check.h"
 #include "model/model.h"
@@ -220,6 +224,63 @@ TEST(Checkpoint, RoundTripKeepsNewestAndIgnoresTornFiles) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("step_00000060.pt: cannot load checkpoint"), std::string::npos);
   }
+  fs::remove_all(dir);
+}
+
+// Each checkpoint carries a CRC-32 (written first, pruned with it): a flipped bit or a cut
+// copy is an error naming the file before anything loads. A write that fails (here a file-size
+// limit, EFBIG, as a full disk fails with ENOSPC) names the path, leaves no partial file and
+// keeps the previous checkpoints.
+TEST(Checkpoint, ChecksumsCatchDamageAndFailedWritesKeepThePrevious) {
+  const fs::path dir = fs::temp_directory_path() / ("megafold_crc_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  model::MegaFold m(tiny_model());
+  auto params = m->parameters();
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3));
+  std::vector<at::Tensor> ema;
+  for (auto& p : params) ema.push_back(torch::randn_like(p));
+  for (int64_t step : {1, 2, 3}) save_checkpoint(dir.string(), {step, 7, "{}"}, *m, ema, opt, 2);
+  EXPECT_FALSE(fs::exists(dir / "step_00000001.pt.crc32"));  // pruned with its checkpoint
+  const std::vector<std::string> all = checkpoints_newest_first(dir.string());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0], (dir / "step_00000003.pt").string());
+  EXPECT_NO_THROW(verify_checkpoint(all[0]));
+  EXPECT_EQ(CheckpointReader(all[0]).meta().step, 3);
+
+  std::string bytes;
+  {
+    std::ifstream in(all[0], std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 3] ^= 0x01;
+  std::ofstream(all[0], std::ios::binary) << bytes;
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message([&] { verify_checkpoint(all[0]); }).find("step_00000003.pt: checksum mismatch"), std::string::npos);
+  EXPECT_NE(message([&] { CheckpointReader r(all[0]); }).find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(message([&] { load_weights(all[0], *m, true); }).find("checksum mismatch"), std::string::npos);
+
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string failed = message([&] { save_checkpoint(dir.string(), {4, 7, "{}"}, *m, ema, opt, 2); });
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_NE(failed.find("step_00000004.pt.tmp"), std::string::npos) << failed;
+  EXPECT_NE(failed.find("previous checkpoints are kept"), std::string::npos) << failed;
+  EXPECT_FALSE(fs::exists(dir / "step_00000004.pt.tmp"));
+  EXPECT_FALSE(fs::exists(dir / "step_00000004.pt"));
+  EXPECT_EQ(checkpoints_newest_first(dir.string()).size(), 2u);
+  EXPECT_NO_THROW(verify_checkpoint((dir / "step_00000002.pt").string()));
   fs::remove_all(dir);
 }
 
