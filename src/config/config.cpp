@@ -2,11 +2,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <concepts>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "core/check.h"
 #include "model/memory_plan.h"
@@ -15,17 +19,49 @@
 namespace megafold::config {
 namespace {
 
+// The largest width (channels, crop tokens) a config may ask for.
+constexpr int64_t kMaxWidth = 8192;
+
 using nlohmann::json;
 
-// Reads `key` of object `j` into `out` when present; type errors name origin and key.
+// Reads `key` of object `j` into `out` when present. Type errors name origin and key; an
+// integer key takes only a whole number that fits (2.5 is not truncated, 2^32 + 384 does not
+// wrap), a boolean only true or false.
 template <typename T>
 void read(const json& j, const char* key, T& out, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end()) return;
-  try {
+  auto wrong = [&](const std::string& why) { throw Error(where + ": key '" + key + "' " + why + ", got " + it->dump()); };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) wrong("has the wrong type (true or false expected)");
+    out = it->get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (it->is_number_float()) {
+      const double v = it->get<double>();
+      if (!(std::floor(v) == v)) wrong("must be a whole number");
+      if (!(v >= static_cast<double>(std::numeric_limits<T>::min()) && v <= static_cast<double>(std::numeric_limits<T>::max())))
+        wrong("is out of range");
+      out = static_cast<T>(v);
+    } else if (it->is_number_unsigned()) {
+      const uint64_t v = it->get<uint64_t>();
+      if (v > static_cast<uint64_t>(std::numeric_limits<T>::max())) wrong("is out of range");
+      out = static_cast<T>(v);
+    } else if (it->is_number_integer()) {
+      const int64_t v = it->get<int64_t>();
+      if (std::is_unsigned_v<T> && v < 0) wrong("must not be negative");
+      out = static_cast<T>(v);
+    } else {
+      wrong("has the wrong type (a whole number expected)");
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) wrong("has the wrong type (a number expected)");
     out = it->get<T>();
-  } catch (const json::exception& ex) {
-    throw Error(where + ": key '" + key + "' has the wrong type (" + it->dump() + ")");
+  } else {
+    try {
+      out = it->get<T>();
+    } catch (const json::exception&) {
+      wrong("has the wrong type");
+    }
   }
 }
 
@@ -144,12 +180,27 @@ namespace fs = std::filesystem;
 
 void apply(const json& j, TrainConfig& c, const std::string& origin, int depth, const fs::path& dir);
 
+// Parses a config text; a key given twice in one object is an error (JSON parsers keep one
+// silently, so the other setting would be lost without a word).
 json parse_json(const std::string& text, const std::string& origin) {
+  std::vector<std::set<std::string>> open;  // the keys seen in each enclosing object
+  std::string duplicate;
+  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open.emplace_back();
+    else if (event == json::parse_event_t::object_end && !open.empty()) open.pop_back();
+    else if (event == json::parse_event_t::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second &&
+             duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json j;
   try {
-    return json::parse(text);
+    j = json::parse(text, check);
   } catch (const json::parse_error& ex) {
     throw Error(origin + ": invalid JSON: " + ex.what());
   }
+  MF_CHECK(duplicate.empty(), origin, ": key '", duplicate, "' is given twice in one object; keep one");
+  return j;
 }
 
 std::string read_text(const fs::path& path) {
@@ -236,6 +287,20 @@ void validate(const TrainConfig& c, const std::string& origin) {
   in_range(c.optim.beta2, 0.0, 0.999999, "optim.beta2", "[0, 1)");
   in_range(c.optim.decay_factor, 0.0, 1.0, "optim.decay_factor", "[0, 1]");
   if (!(c.optim.lr > 0)) throw Error(origin + ": 'optim.lr' must be > 0");
+  if (!(c.optim.eps > 0)) throw Error(origin + ": 'optim.eps' must be > 0 (AdamW divides by sqrt(v) + eps)");
+  // Widths far beyond any AF3-class model are typos (c_z 200000 would ask for ~160 GB of
+  // parameters before training starts).
+  auto width = [&](int64_t v, const char* key) {
+    if (v > kMaxWidth)
+      throw Error(origin + ": '" + key + "' " + std::to_string(v) + " is beyond " + std::to_string(kMaxWidth) +
+                  " (AF3: c_s 384, c_z 128, c_m 64, c_token 768); a typo?");
+  };
+  width(c.model.c_s, "model.c_s"), width(c.model.c_z, "model.c_z"), width(c.model.msa.c_m, "model.msa.c_m");
+  width(c.model.tri_mul_hidden, "model.tri_mul_hidden"), width(c.model.diffusion.c_token, "model.diffusion.c_token");
+  width(c.model.diffusion.c_atom, "model.diffusion.c_atom"), width(c.model.msa.opm_hidden, "model.msa.opm_hidden");
+  width(c.model.tri_attn_heads * c.model.tri_attn_head_dim, "model.tri_attn_heads x tri_attn_head_dim");
+  width(c.model.single_attn_heads * c.model.single_attn_head_dim, "model.single_attn_heads x single_attn_head_dim");
+  width(c.data.crop_size, "data.crop_size"), width(c.data.val_crop_size, "data.val_crop_size");
   if (c.optim.clip_grad_norm < 0) throw Error(origin + ": 'optim.clip_grad_norm' must be >= 0 (0 disables)");
   if (c.model.distogram_bins < 2) throw Error(origin + ": 'model.distogram_bins' must be >= 2");
   if (!(c.model.distogram_min < c.model.distogram_max))

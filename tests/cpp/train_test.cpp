@@ -126,6 +126,27 @@ TEST(Config, BaseInheritanceAndRoundTrip) {
   EXPECT_EQ(to_json(parse_config(to_json(c), "again")), to_json(c));
 }
 
+// Values that used to pass silently: fractional or overflowing integers, numbers for booleans,
+// duplicate keys, a zero AdamW eps, widths no model of this kind has.
+TEST(Config, NumbersAreCheckedNotConverted) {
+  const std::string fractional = error_of(R"({"data": {"crop_size": 384.5}})");
+  EXPECT_NE(fractional.find("key 'crop_size' must be a whole number, got 384.5"), std::string::npos) << fractional;
+  EXPECT_EQ(parse_config(R"({"data": {"crop_size": 256.0}})", "t").data.crop_size, 256);
+  EXPECT_NE(error_of(R"({"data": {"crop_size": 18446744073709551616}})").find("crop_size"), std::string::npos);
+  EXPECT_NE(error_of(R"({"seed": -1})").find("key 'seed' must not be negative"), std::string::npos);
+  EXPECT_NE(error_of(R"({"bf16": 1})").find("key 'bf16' has the wrong type (true or false expected)"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"optim": {"lr": "fast"}})").find("key 'lr' has the wrong type (a number expected)"),
+            std::string::npos);
+  const std::string twice = error_of(R"({"steps": 5, "model": {"c_z": 8, "c_z": 16}})");
+  EXPECT_NE(twice.find("test.json: key 'c_z' is given twice"), std::string::npos) << twice;
+  EXPECT_EQ(error_of(R"({"model": {"msa": {"heads": 2}}, "data": {"msa_rows": 8}})"), "");  // same key names, other objects
+  EXPECT_NE(error_of(R"({"optim": {"eps": 0}})").find("'optim.eps' must be > 0"), std::string::npos);
+  const std::string wide = error_of(R"({"model": {"c_z": 200000}})");
+  EXPECT_NE(wide.find("'model.c_z' 200000 is beyond 8192"), std::string::npos) << wide;
+  EXPECT_NE(error_of(R"({"max_skipped_steps": -1})").find("'max_skipped_steps' must be >= 0"), std::string::npos);
+}
+
 TEST(Config, ErrorsNameTheFileAndKey) {
   EXPECT_NE(error_of(R"({"stpes": 3})").find("test.json: unknown key 'stpes'"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"c_z": "wide"}})").find("'c_z' has the wrong type"), std::string::npos);
