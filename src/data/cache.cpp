@@ -248,6 +248,13 @@ struct Outcome {
   int64_t tokens = 0, chains = 0, msa_rows = 0;
 };
 
+// A reason as one row of skipped.tsv: tabs and line breaks (gemmi's messages span lines)
+// become spaces.
+std::string one_line(std::string why) {
+  std::replace_if(why.begin(), why.end(), [](char c) { return c == '\t' || c == '\n' || c == '\r'; }, ' ');
+  return why;
+}
+
 // The MSA of each chain from <msa_dir>/<entry>_<chain>.a3m (or .a3m.gz), where present.
 void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>& warnings) {
   if (msa_dir.empty()) return;
@@ -256,6 +263,10 @@ void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>&
     fs::path file = fs::path(msa_dir) / (e.name + "_" + e.chain_ids[c] + ".a3m");
     if (!fs::exists(file)) file += ".gz";
     if (!fs::exists(file)) continue;
+    if (!fs::is_regular_file(file)) {  // a FIFO would block the reader
+      warnings.push_back("MSA not used: " + file.string() + " is not a regular file");
+      continue;
+    }
     std::vector<int8_t> seq;
     std::vector<int32_t> index;
     for (int i = 0; i < e.n_tokens(); ++i)
@@ -312,7 +323,8 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
 
 CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int64_t, int64_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<std::string> paths = list_structure_files(opts.input);
+  std::vector<std::string> passed_over;
+  const std::vector<std::string> paths = list_structure_files(opts.input, &passed_over);
   MF_CHECK(opts.msa.empty() || fs::is_directory(opts.msa), "MSA directory '", opts.msa, "' does not exist");
   fs::create_directories(fs::path(opts.out) / "entries");
   // Names are decided up front, in path order: a later file with the same name is skipped.
@@ -349,13 +361,18 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
   std::vector<const Outcome*> cached;
   std::ostringstream skipped;
   skipped << "source\treason\n";
+  for (const std::string& why : passed_over) {
+    skipped << opts.input << "\t" << one_line(why) << "\n";
+    std::cerr << "warning: " << one_line(why) << "\n";
+    ++s.skipped;
+  }
   for (const Outcome& o : outcomes) {
     for (const std::string& w : o.warnings) {
-      skipped << o.source << "\t" << w << "\n";
-      std::cerr << "warning: " << o.source << ": " << w << "\n";
+      skipped << o.source << "\t" << one_line(w) << "\n";
+      std::cerr << "warning: " << o.source << ": " << one_line(w) << "\n";
     }
     if (!o.error.empty()) {
-      skipped << o.source << "\t" << o.error << "\n";
+      skipped << o.source << "\t" << one_line(o.error) << "\n";
       ++s.skipped;
       continue;
     }

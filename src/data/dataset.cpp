@@ -1,7 +1,11 @@
 #include "data/dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <filesystem>
@@ -39,19 +43,47 @@ const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
   return train[perm[g % n]];
 }
 
-std::vector<std::string> list_structure_files(const std::string& dir) {
-  MF_CHECK(std::filesystem::is_directory(dir), "data directory '", dir,
+std::vector<std::string> list_structure_files(const std::string& dir, std::vector<std::string>* passed_over) {
+  namespace fs = std::filesystem;
+  MF_CHECK(fs::is_directory(dir), "data directory '", dir,
            "' does not exist; pass --data DIR with mmCIF/PDB files (e.g. data/pdb)");
-  std::vector<std::string> paths;
-  try {
-    for (const auto& it : std::filesystem::recursive_directory_iterator(
-             dir, std::filesystem::directory_options::skip_permission_denied))
-      if (it.is_regular_file() && is_structure_file(it.path().string()))
-        paths.push_back(it.path().string());
-  } catch (const std::filesystem::filesystem_error& ex) {
-    throw Error("cannot list data directory '" + dir + "': " + ex.what());
+  std::vector<std::string> paths, skipped;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  MF_CHECK(!ec, "cannot list data directory '", dir, "': ", ec.message());
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    MF_CHECK(!ec, "cannot list data directory '", dir, "': ", ec.message());
+    const std::string s = it->path().string();
+    std::error_code lec, sec;
+    const bool link = it->is_symlink(lec);
+    const fs::file_status target = it->status(sec);  // follows links
+    if (link && sec) {
+      if (is_structure_file(s))
+        skipped.push_back(s + ": symbolic link that is dangling or loops (" + sec.message() + "); skipped");
+      continue;
+    }
+    if (fs::is_directory(target)) {
+      if (link) skipped.push_back(s + ": symbolic link to a directory, not followed; skipped");
+      else if (::access(s.c_str(), R_OK | X_OK) != 0)  // the iterator passes over it silently
+        skipped.push_back(s + ": cannot read the directory (" + std::strerror(errno) + "); skipped");
+      continue;
+    }
+    if (!is_structure_file(s)) continue;
+    if (!fs::is_regular_file(target)) {
+      skipped.push_back(s + ": not a regular file (a FIFO, socket or device); skipped");
+    } else if (s.find_first_of("\t\n\r") != std::string::npos) {
+      std::string shown = s;
+      std::replace_if(shown.begin(), shown.end(), [](char c) { return c == '\t' || c == '\n' || c == '\r'; }, '?');
+      skipped.push_back(shown + ": the file name holds a tab or newline (shown as ?); rename it; skipped");
+    } else {
+      paths.push_back(s);
+    }
   }
   std::sort(paths.begin(), paths.end());
+  for (const std::string& why : skipped) {
+    if (passed_over) passed_over->push_back(why);
+    else std::cerr << "warning: " << why << "\n";
+  }
   return paths;
 }
 
@@ -69,7 +101,9 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
     for (Entry& e : cache.entries) add(std::move(e));
     for (const std::string& why : cache.skipped) skip(why);
   } else {
-    const std::vector<std::string> paths = list_structure_files(dir);
+    std::vector<std::string> passed_over;
+    const std::vector<std::string> paths = list_structure_files(dir, &passed_over);
+    for (const std::string& why : passed_over) skip(why);
     found = paths.size();
     for (const std::string& p : paths) {
       try {

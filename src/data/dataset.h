@@ -49,8 +49,12 @@ auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepar
 void load_weights(Dataset& ds, const std::string& path);
 
 // Structure files under `dir` (recursively, sorted by path); throws naming a missing or
-// unreadable directory.
-std::vector<std::string> list_structure_files(const std::string& dir);
+// unreadable directory. What is passed over is named in `passed_over` when given (else
+// printed as warnings): unreadable subdirectories, symlinked subdirectories (not followed, so
+// that a link cycle cannot loop), links that are dangling or loop, structure-named paths that
+// are not regular files (a FIFO would block the reader), and names holding a tab or newline
+// (they would break the cache's tab-separated index).
+std::vector<std::string> list_structure_files(const std::string& dir, std::vector<std::string>* passed_over = nullptr);
 
 // Loads a feature cache (`dir` holds the index.tsv of `megafold cache`; no parsing), or else
 // every structure file under `dir` (recursively, sorted by path). A file that cannot

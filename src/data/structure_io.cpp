@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/check.h"
 #include "core/files.h"
@@ -142,10 +143,21 @@ Entry load_entry(const std::string& path) {
   try {
     st = gemmi::read_structure(gemmi::MaybeGzipped(path));
     gemmi::setup_entities(st);
+  } catch (const std::out_of_range&) {  // gemmi indexing past the end of an empty or cut payload
+    reject(path, "cannot parse structure: no structure data (an empty or cut file)");
   } catch (const std::exception& ex) {
-    reject(path, std::string("cannot parse structure: ") + ex.what());
+    const std::string what = ex.what();
+    if (ends_with(path, ".gz") && (what.find("uncompressed size") != std::string::npos ||
+                                   what.find("zlib") != std::string::npos || what.find("gzip") != std::string::npos))
+      reject(path, "truncated or corrupt gzip file (" + what.substr(0, what.find('\n')) + ")");
+    reject(path, "cannot parse structure: " + what.substr(0, what.find('\n')));
   }
-  if (st.models.empty()) reject(path, "no atoms (no ATOM/HETATM records or _atom_site loop)");
+  size_t atoms = 0;
+  for (const gemmi::Model& m : st.models)
+    for (const gemmi::Chain& c : m.chains)
+      for (const gemmi::Residue& r : c.residues) atoms += r.atoms.size();
+  if (atoms == 0)
+    reject(path, "no atoms: no ATOM/HETATM records or _atom_site loop (is it a PDB/mmCIF structure file?)");
 
   Entry e;
   e.path = path;

@@ -1,5 +1,6 @@
 // Data layer: parsing rules on real files, malformed input, split and cropping.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -145,7 +146,12 @@ TEST(Structure, MalformedFilesGiveErrorsNamingFileAndReason) {
   std::ifstream gz(kData + "/1ubq.cif.gz", std::ios::binary);
   const std::string gz_bytes((std::istreambuf_iterator<char>(gz)), std::istreambuf_iterator<char>());
   const std::string cut_gz = dir.write("cut.cif.gz", gz_bytes.substr(0, gz_bytes.size() / 2));
-  EXPECT_NE(error_of(cut_gz).find("cut.cif.gz"), std::string::npos);
+  EXPECT_NE(error_of(cut_gz).find("cut.cif.gz: truncated or corrupt gzip file"), std::string::npos)
+      << error_of(cut_gz);
+  const std::string noise_pdb = dir.write("noise.pdb", noise);
+  EXPECT_NE(error_of(noise_pdb).find("noise.pdb: no atoms"), std::string::npos) << error_of(noise_pdb);
+  for (const std::string& e : {error_of(cut_gz), error_of(garbage), error_of(noise_pdb)})
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;  // one line: skipped.tsv keeps one row per file
 
   // A plain mmCIF cut inside the atom_site loop: the parser reports the broken row.
   const std::string truncated = dir.write("truncated.cif", real.substr(0, real.size() * 6 / 10 + 17));
@@ -260,6 +266,38 @@ TEST(Dataset, BadFilesAreSkippedAndTheRunContinues) {
   ASSERT_EQ(ds.skipped.size(), 2u);
   EXPECT_NE(ds.skipped[0].find("empty.pdb"), std::string::npos);
   EXPECT_NE(ds.skipped[1].find("ions.pdb"), std::string::npos);
+}
+
+// Paths that are not plain structure files are passed over by name, and the listing goes on:
+// a FIFO (it would block the reader), dangling and looping links, a linked directory (not
+// followed: no link cycles), a name with a tab (it would break the cache's TSV index).
+TEST(Dataset, OddPathsArePassedOverByName) {
+  TempDir dir;
+  const fs::path d = dir.str();
+  fs::copy_file(kData + "/1ubi.pdb.gz", d / "1ubi.pdb.gz");
+  ASSERT_EQ(::mkfifo((d / "pipe.cif").c_str(), 0644), 0);
+  fs::create_symlink(d / "missing.pdb", d / "dangling.pdb");
+  fs::create_symlink(d / "loop.pdb", d / "loop.pdb");
+  fs::create_directories(d / "sub");
+  fs::create_directory_symlink(d / "sub", d / "sub" / "cycle");
+  fs::copy_file(kData + "/1ubi.pdb.gz", d / "tab\tname.pdb.gz");
+  std::vector<std::string> passed;
+  const std::vector<std::string> files = list_structure_files(d.string(), &passed);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0], (d / "1ubi.pdb.gz").string());
+  auto reason = [&](const std::string& needle) {
+    return std::any_of(passed.begin(), passed.end(), [&](const std::string& w) { return w.find(needle) != std::string::npos; });
+  };
+  EXPECT_TRUE(reason("pipe.cif: not a regular file"));
+  EXPECT_TRUE(reason("dangling.pdb: symbolic link that is dangling or loops"));
+  EXPECT_TRUE(reason("loop.pdb: symbolic link that is dangling or loops"));
+  EXPECT_TRUE(reason("cycle: symbolic link to a directory, not followed"));
+  EXPECT_TRUE(reason("tab?name.pdb.gz: the file name holds a tab"));
+  EXPECT_EQ(passed.size(), 5u);
+  for (const std::string& w : passed) EXPECT_EQ(w.find_first_of("\t\n"), std::string::npos) << w;
+  const Dataset ds = load_dataset(d.string(), /*quiet=*/true);
+  EXPECT_EQ(ds.train.size() + ds.validation.size(), 1u);
+  EXPECT_EQ(ds.skipped.size(), 5u);
 }
 
 // overfit: a validation entry by the split rule trains too, and validation scores the same

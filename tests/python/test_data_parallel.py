@@ -49,7 +49,8 @@ def test_ranks_on_the_same_example_train_exactly_as_one_process(megafold_bin, so
     for (s3, l3, g3), (s1, l1, g1) in zip(train_rows(runs["three"]), one):
         assert s3 == s1 and abs(l3 - l1) <= 1e-5 * abs(l1) and abs(g3 - g1) <= 1e-4 * abs(g1), (s3, l3, l1, g3, g1)
     for name in ("two", "three"):
-        assert sorted(p.name for p in (runs[name] / "checkpoints").iterdir()) == ["step_00000004.pt"]
+        assert sorted(p.name for p in (runs[name] / "checkpoints").iterdir()) == [
+            "step_00000004.pt", "step_00000004.pt.crc32"]
 
 
 def test_parameters_without_a_gradient_in_a_step(megafold_bin, source_dir, tmp_path):
@@ -99,6 +100,7 @@ def test_a_checkpoint_resumes_at_another_world_size(megafold_bin, source_dir, tm
     for name, first, second in (("2to1", ["--nproc", "2"], []), ("1to2", [], ["--nproc", "2"])):
         out = tmp_path / name
         train(out, "--steps", "2", *first)
-        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002.pt"]
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+            "step_00000002.pt", "step_00000002.pt.crc32"]
         train(out, "--resume", *second)
         assert train_rows(out) == whole, name

@@ -71,7 +71,8 @@ def test_pair_sharded_training_gives_the_losses_of_one_process(megafold_bin, sou
     assert len(sharded) == len(one) == 4
     for (s, l, g), (s1, l1, g1) in zip(sharded, one):
         assert s == s1 and abs(l - l1) <= 1e-5 * abs(l1) and abs(g - g1) <= 1e-4 * abs(g1), (s, l, l1, g, g1)
-    assert sorted(p.name for p in (tmp_path / "sharded" / "checkpoints").iterdir()) == ["step_00000004.pt"]
+    assert sorted(p.name for p in (tmp_path / "sharded" / "checkpoints").iterdir()) == [
+        "step_00000004.pt", "step_00000004.pt.crc32"]
 
 
 def test_pair_shards_must_divide_the_ranks(megafold_bin, source_dir, tmp_path):
