@@ -2,8 +2,10 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "cli/args.h"
 #include "core/check.h"
@@ -67,6 +69,7 @@ int eval_main(const std::vector<std::string>& argv) {
 
   nlohmann::json rows = nlohmann::json::array(), skipped = nlohmann::json::array();
   std::vector<double> all_ca, all_atom, all_plddt;
+  std::map<std::string, std::string> seen;  // entry name -> the file it was scored from
   std::printf("%-12s %7s %9s %9s %13s %7s %8s\n", "entry", "tokens", "lDDT-CA", "best-CA", "all-atom lDDT", "pLDDT",
               "seconds");
   for (const std::string& path : data::list_structure_files(*args.get("data"))) {
@@ -81,11 +84,23 @@ int eval_main(const std::vector<std::string>& argv) {
     }
     const bool validation = data::is_validation_entry(e.name);
     if ((split == "validation" && !validation) || (split == "train" && validation)) continue;
+    if (auto [it, fresh] = seen.emplace(e.name, path); !fresh) {  // 1abc.cif and 1abc.pdb.gz: one entry
+      const std::string why = path + ": entry " + e.name + " is already scored (from " + it->second + ")";
+      std::cerr << "warning: skipping " << why << "\n";
+      skipped.push_back(why);
+      continue;
+    }
     if (max_tokens > 0 && e.n_tokens() > max_tokens)
       e = data::select_tokens(e, data::contiguous_crop(e, static_cast<int>(max_tokens), fnv1a32(e.name)));
     const auto t0 = std::chrono::steady_clock::now();
     const infer::PredictedEntry r = predictor.predict(e, samples, mix_seed(seed, fnv1a32(e.name)));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!std::isfinite(mean(r.lddt_ca)) || !std::isfinite(mean(r.lddt_all))) {  // kept out of the means
+      const std::string why = path + ": entry " + e.name + " scored non-finite (diverged weights?)";
+      std::cerr << "warning: " << why << "\n";
+      skipped.push_back(why);
+      continue;
+    }
     nlohmann::json row = {{"entry", e.name}, {"path", path}, {"tokens", e.n_tokens()}, {"validation", validation},
                           {"lddt_ca", mean(r.lddt_ca)}, {"lddt_ca_best", *std::max_element(r.lddt_ca.begin(), r.lddt_ca.end())},
                           {"lddt_all_atom", mean(r.lddt_all)}, {"seconds", seconds}};

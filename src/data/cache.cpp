@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -243,6 +244,7 @@ struct Outcome {
   std::string name, file, source, error;  // error: why the input was skipped ("" = cached)
   std::vector<std::string> warnings;      // MSAs that could not be used
   bool reused = false;
+  std::string inputs;  // the key of what the entry was built from (input_key)
   uint64_t bytes = 0;
   uint32_t crc = 0;
   int64_t tokens = 0, chains = 0, msa_rows = 0;
@@ -279,11 +281,65 @@ void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>&
   }
 }
 
-Outcome cache_one(const std::string& path, const std::string& name, const CacheOptions& opts) {
+// CRC-32 of a file's bytes, continuing `crc`.
+uint32_t crc_of_file(const std::string& path, uint32_t crc) {
+  std::ifstream in(path, std::ios::binary);
+  MF_CHECK(in.good(), path, ": cannot read");
+  std::vector<unsigned char> buf(1 << 20);
+  uLong c = crc;
+  while (in) {
+    in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+    c = crc32(c, buf.data(), static_cast<uInt>(in.gcount()));
+  }
+  return static_cast<uint32_t>(c);
+}
+
+// What an entry is built from, as one key: the source file's bytes and each of its MSA files'
+// names and bytes. An entry is reused only when its key is the one its index row records, so a
+// changed source, a new, changed or removed MSA rebuilds it.
+std::string input_key(const std::string& source, const std::vector<std::string>& msa_files) {
+  uint32_t crc = crc_of_file(source, static_cast<uint32_t>(crc32(0L, Z_NULL, 0)));
+  for (const std::string& f : msa_files) {
+    const std::string name = fs::path(f).filename().string();
+    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size())));
+    crc = crc_of_file(f, crc);
+  }
+  char text[16];
+  std::snprintf(text, sizeof(text), "%08x", crc);
+  return text;
+}
+
+// MSA files of each entry name in `msa_dir` (<entry>_<chain>.a3m[.gz]), sorted.
+std::map<std::string, std::vector<std::string>> msa_files_by_entry(const std::string& msa_dir) {
+  std::map<std::string, std::vector<std::string>> out;
+  if (msa_dir.empty()) return out;
+  for (const auto& it : fs::directory_iterator(msa_dir)) {
+    std::string stem = it.path().filename().string();
+    for (const char* ext : {".a3m.gz", ".a3m"})
+      if (stem.size() > std::strlen(ext) && stem.compare(stem.size() - std::strlen(ext), std::strlen(ext), ext) == 0) {
+        stem.resize(stem.size() - std::strlen(ext));
+        const auto cut = stem.rfind('_');
+        if (cut != std::string::npos && cut > 0) out[stem.substr(0, cut)].push_back(it.path().string());
+        break;
+      }
+  }
+  for (auto& [name, files] : out) std::sort(files.begin(), files.end());
+  return out;
+}
+
+// `previous`: the inputs key the existing index records for this name ("" if none).
+Outcome cache_one(const std::string& path, const std::string& name, const CacheOptions& opts,
+                  const std::vector<std::string>& msa_files, const std::string& previous) {
   Outcome o;
   o.name = name;
   o.source = path;
   o.file = entry_file_name(name);
+  try {
+    o.inputs = input_key(path, msa_files);
+  } catch (const std::exception& ex) {
+    o.error = ex.what();
+    return o;
+  }
   const std::string target = (fs::path(opts.out) / "entries" / o.file).string();
   auto record = [&](const Entry& e, const std::string& bytes) {
     o.tokens = e.n_tokens();
@@ -292,16 +348,18 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
     o.bytes = bytes.size();
     o.crc = crc_of(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   };
-  if (fs::exists(target)) {
+  if (fs::exists(target) && !previous.empty() && previous == o.inputs) {
     // Read once: the same bytes are checked (decoded) and summed for the index.
     std::ifstream in(target, std::ios::binary);
     const std::string bytes{std::istreambuf_iterator<char>(in), {}};
     try {
-      record(decode_entry(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), target), bytes);
+      const Entry e = decode_entry(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), target);
+      MF_CHECK(e.name == name, target, " holds entry '", e.name, "'");
+      record(e, bytes);
       o.reused = true;
       return o;
     } catch (const std::exception&) {
-      // invalid or from another version: rebuilt below
+      // invalid, from another version or another entry: rebuilt below
     }
   }
   try {
@@ -339,13 +397,25 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
     outcomes[i].source = paths[i];
     outcomes[i].error = "duplicate entry name '" + names[i] + "' (also " + paths[it->second] + ")";
   }
+  // What the existing index says each entry was built from (an index without the column, or
+  // no index, rebuilds everything).
+  std::map<std::string, std::string> previous;
+  if (is_cache_dir(opts.out))
+    for (const CacheIndexRow& row : read_cache_index(opts.out)) previous[row.name] = row.inputs;
+  const auto msa_files = msa_files_by_entry(opts.msa);
+  const std::vector<std::string> no_msas;
   const int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};
   std::mutex progress_mutex;
   auto worker = [&] {
     for (size_t i = next++; i < paths.size(); i = next++) {
-      if (outcomes[i].error.empty()) outcomes[i] = cache_one(paths[i], names[i], opts);
+      if (outcomes[i].error.empty()) {
+        const auto m = msa_files.find(names[i]);
+        const auto p = previous.find(names[i]);
+        outcomes[i] = cache_one(paths[i], names[i], opts, m == msa_files.end() ? no_msas : m->second,
+                                p == previous.end() ? std::string() : p->second);
+      }
       const int64_t d = ++done;
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
@@ -379,10 +449,11 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
     cached.push_back(&o);
   }
   std::ostringstream index;
-  index << "# megafold feature cache v" << kCacheVersion << "\nname\tfile\tbytes\tcrc32\ttokens\tchains\tmsa_rows\tsource\n";
+  index << "# megafold feature cache v" << kCacheVersion
+        << "\nname\tfile\tbytes\tcrc32\ttokens\tchains\tmsa_rows\tsource\tinputs\n";
   for (const Outcome* o : cached) {
     index << o->name << "\t" << o->file << "\t" << o->bytes << "\t" << o->crc << "\t" << o->tokens << "\t" << o->chains
-          << "\t" << o->msa_rows << "\t" << o->source << "\n";
+          << "\t" << o->msa_rows << "\t" << o->source << "\t" << o->inputs << "\n";
     ++s.entries;
     (o->reused ? s.reused : s.built) += 1;
     s.tokens += o->tokens;
@@ -407,8 +478,11 @@ std::vector<CacheIndexRow> read_cache_index(const std::string& dir) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
-    MF_CHECK(f.size() == 8, index_path, ":", line_no, ": expected 8 tab-separated fields, got ", f.size());
-    rows.push_back({f[0], (fs::path(dir) / "entries" / f[1]).string(), f[2]});
+    // Indexes written before the inputs column have 8 fields (their entries are rebuilt by a
+    // rerun of megafold cache, and read as they are).
+    MF_CHECK(f.size() == 8 || f.size() == 9, index_path, ":", line_no, ": expected 9 tab-separated fields, got ",
+             f.size());
+    rows.push_back({f[0], (fs::path(dir) / "entries" / f[1]).string(), f[2], f.size() == 9 ? f[8] : std::string()});
   }
   return rows;
 }

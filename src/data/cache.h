@@ -7,7 +7,9 @@
 // Layout of a cache directory:
 //   index.tsv         one line per entry, in the order of the input paths (as load_dataset reads
 //                     files, so a cache and its input give the same sample stream): name, file,
-//                     bytes, crc32 of the file, tokens, chains, MSA rows, source
+//                     bytes, crc32 of the file, tokens, chains, MSA rows, source, inputs (a
+//                     CRC-32 over the source file and its MSA files: a rerun rebuilds an entry
+//                     whose inputs changed, or whose file holds another entry)
 //   skipped.tsv       every input that was not cached, with the reason
 //   entries/<name>.mfe   one entry (format in cache.cpp; versioned, CRC-32 over the payload)
 // Each entry file is written atomically; the index is written last, so a killed build leaves
@@ -59,6 +61,7 @@ struct CacheIndexRow {
   std::string name;
   std::string path;   // the entry file
   std::string bytes;  // its size as the index records it
+  std::string inputs;  // key of the source and MSA files it was built from ("" in older indexes)
 };
 
 // The entries a cache's index lists, in index order. Throws naming a malformed line.

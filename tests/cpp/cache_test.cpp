@@ -182,6 +182,31 @@ TEST_F(CacheTest, CorruptedAndTruncatedEntriesAreNamedAndRebuilt) {
   EXPECT_TRUE(read_cache((root_ / "c").string()).skipped.empty());
 }
 
+// A rerun keys each entry by what it was built from: a changed source file, a first-time MSA
+// and an entry file that holds another entry are rebuilt; what did not change is kept.
+TEST_F(CacheTest, RerunsRebuildWhatChanged) {
+  const CacheSummary first = build_cache(options("c", 2));
+  EXPECT_EQ(first.built, 4);
+  const CacheSummary same = build_cache(options("c", 2));
+  EXPECT_EQ(same.reused, 4);
+  EXPECT_EQ(same.built, 0);
+
+  fs::copy_file(kData + "/1ubi.pdb.gz", root_ / "in" / "sub" / "1a28.pdb.gz", fs::copy_options::overwrite_existing);
+  const Entry hc = load_entry(kData + "/19hc.pdb.gz");
+  std::ofstream(root_ / "msa" / ("19hc_" + hc.chain_ids[0] + ".a3m")) << ">q\n" << hc.sequence(0) << "\n";
+  fs::copy_file(root_ / "c" / "entries" / "1ubi.mfe", root_ / "c" / "entries" / "1a8o.mfe",
+                fs::copy_options::overwrite_existing);
+  const CacheSummary again = build_cache(options("c", 2));
+  EXPECT_EQ(again.built, 3);  // 1a28 (source), 19hc (MSA), 1a8o (held 1ubi)
+  EXPECT_EQ(again.reused, 1);
+  const CacheEntries cache = read_cache((root_ / "c").string());
+  EXPECT_TRUE(cache.skipped.empty());
+  for (const Entry& e : cache.entries) {
+    if (e.name == "1a28") EXPECT_EQ(e.n_tokens(), load_entry(kData + "/1ubi.pdb.gz").n_tokens());
+    if (e.name == "19hc") EXPECT_EQ(e.msas.at(0).depth, 1);
+  }
+}
+
 TEST_F(CacheTest, NotACacheEntryAndOtherVersionsAreClearErrors) {
   const std::string bytes = encode_entry(load_entry(kData + "/1ubi.pdb.gz"));
   auto decode = [](std::string b) {

@@ -99,6 +99,8 @@ def test_eval_scores_a_directory_and_skips_bad_files(megafold_bin, source_dir, c
     for name in ("1a8o.cif.gz", "1ubi.pdb.gz"):
         shutil.copy(source_dir / "data/pdb" / name, data / name)
     (data / "broken.cif").write_text("data_broken\n_atom_site.id\n")
+    (data / "z").mkdir()
+    shutil.copy(source_dir / "data/pdb/1ubi.pdb.gz", data / "z" / "1ubi.pdb.gz")  # the same id again: scored once
     out = tmp_path / "eval.json"
     r = run(megafold_bin, "eval", "--checkpoint", checkpoint, "--data", data, "--out", out, "--max-tokens", "40")
     assert r.returncode == 0, r.stderr
@@ -107,7 +109,7 @@ def test_eval_scores_a_directory_and_skips_bad_files(megafold_bin, source_dir, c
     assert [row["entry"] for row in result["rows"]] == ["1a8o", "1ubi"]
     assert all(row["tokens"] <= 40 for row in result["rows"])
     assert 0 <= result["lddt_ca"] <= 1 and 0 <= result["plddt"] <= 100
-    assert len(result["skipped"]) == 1
+    assert len(result["skipped"]) == 2 and "entry 1ubi is already scored" in result["skipped"][1]
     assert "lDDT-CA" in r.stdout and "mean" in r.stdout
 
 
