@@ -115,8 +115,8 @@ template <typename S>
 void keys(S& d, auto&& f) {
   f("dir", d.dir), f("crop_size", d.crop_size), f("batch_size", d.batch_size), f("val_crop_size", d.val_crop_size);
   f("overfit", d.overfit), f("crop_contiguous", d.crop_contiguous), f("crop_spatial", d.crop_spatial);
-  f("crop_spatial_interface", d.crop_spatial_interface), f("weights", d.weights), f("msa_rows", d.msa_rows);
-  f("workers", d.workers), f("prefetch", d.prefetch);
+  f("crop_spatial_interface", d.crop_spatial_interface), f("weights", d.weights), f("split", d.split);
+  f("msa_rows", d.msa_rows), f("workers", d.workers), f("prefetch", d.prefetch);
 }
 
 template <typename S>

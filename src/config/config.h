@@ -24,6 +24,9 @@ struct DataConfig {
   // Optional per-entry sampling weights, a TSV of "entry<TAB>weight" (e.g. 1 / cluster size);
   // "" samples every entry once per epoch.
   std::string weights;
+  // Optional split file, a TSV of "entry<TAB>train|validation" that overrides the name rule for
+  // the entries it lists; "" = the rule alone (data/README.md).
+  std::string split;
   // MSA rows per example, the query included: the loader draws them from each entry's
   // (unpaired) MSA as a pure function of (seed, step, sample) (data/msa_features.h).
   int64_t msa_rows = 128;

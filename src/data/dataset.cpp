@@ -3,15 +3,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <map>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "core/check.h"
 #include "data/cache.h"
@@ -25,6 +29,30 @@ bool is_validation_entry(const std::string& name) {
   return fnv1a32(lower) % 10 == 0;
 }
 
+namespace {
+
+// Position `x` of a permutation of [0, n) keyed by `key`, in O(1) expected time and no table:
+// a 4-round Feistel network over the smallest domain of 4^k >= n values (a bijection of that
+// domain), walked until the image falls inside [0, n) (cycle walking: still a bijection of
+// [0, n), and at most 4 expected rounds since the domain is < 4n).
+uint64_t permuted(uint64_t x, uint64_t n, uint64_t key) {
+  int half = 1;
+  while (half < 32 && (uint64_t{1} << (2 * half)) < n) ++half;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  do {
+    uint64_t l = x >> half, r = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t next = l ^ (mix_seed(key + round, r) & mask);
+      l = r;
+      r = next;
+    }
+    x = (l << half) | r;
+  } while (x >= n);
+  return x;
+}
+
+}  // namespace
+
 const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
   MF_CHECK(!train.empty(), "dataset has no training entries");
   if (!cumulative_weights.empty()) {
@@ -34,13 +62,7 @@ const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
     return train[std::min(i, train.size() - 1)];
   }
   const uint64_t n = train.size();
-  const uint64_t epoch = g / n;
-  std::vector<uint32_t> perm(n);
-  std::iota(perm.begin(), perm.end(), 0u);
-  // Fisher-Yates with our own generator: std::shuffle's algorithm is library-defined.
-  std::mt19937_64 rng(mix_seed(seed, epoch));
-  for (uint64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[rng() % (i + 1)]);
-  return train[perm[g % n]];
+  return train[permuted(g % n, n, mix_seed(seed, g / n))];
 }
 
 std::vector<std::string> list_structure_files(const std::string& dir, std::vector<std::string>* passed_over) {
@@ -87,9 +109,34 @@ std::vector<std::string> list_structure_files(const std::string& dir, std::vecto
   return paths;
 }
 
-Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
+std::map<std::string, bool> read_split(const std::string& path) {
+  std::ifstream in(path);
+  MF_CHECK(in.good(), path, ": cannot read the split file");
+  std::map<std::string, bool> validation;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#' || (line_no == 1 && line == "entry\tsplit")) continue;  // comments, header
+    const auto tab = line.find('\t');
+    const std::string name = line.substr(0, tab), which = tab == std::string::npos ? "" : line.substr(tab + 1);
+    MF_CHECK(!name.empty() && (which == "train" || which == "validation"), path, ":", line_no,
+             ": expected 'entry<TAB>train' or 'entry<TAB>validation', got '", line, "'");
+    MF_CHECK(validation.emplace(name, which == "validation").second, path, ":", line_no, ": entry '", name,
+             "' is listed twice");
+  }
+  return validation;
+}
+
+Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std::string& split_file) {
   Dataset ds;
-  auto add = [&](Entry e) { (!overfit && is_validation_entry(e.name) ? ds.validation : ds.train).push_back(std::move(e)); };
+  const std::map<std::string, bool> split = split_file.empty() ? std::map<std::string, bool>{} : read_split(split_file);
+  size_t by_rule = 0;
+  auto is_validation = [&](const std::string& name) {
+    if (auto it = split.find(name); it != split.end()) return it->second;
+    ++by_rule;
+    return is_validation_entry(name);
+  };
+  auto add = [&](Entry e) { (!overfit && is_validation(e.name) ? ds.validation : ds.train).push_back(std::move(e)); };
   auto skip = [&](const std::string& why) {
     ds.skipped.push_back(why);
     if (!quiet) std::cerr << "warning: skipping " << why << "\n";
@@ -105,17 +152,46 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit) {
     const std::vector<std::string> paths = list_structure_files(dir, &passed_over);
     for (const std::string& why : passed_over) skip(why);
     found = paths.size();
-    for (const std::string& p : paths) {
-      try {
-        Entry e = load_entry(p);
-        if (!quiet)
-          for (const std::string& w : e.warnings) std::cerr << "warning: " << w << "\n";
-        add(std::move(e));
-      } catch (const std::exception& ex) {
-        skip(ex.what());
+    // Parsed on every core, kept in path order (the order, hence the sample stream, does not
+    // depend on the thread count); progress every few seconds for large trees.
+    std::vector<std::optional<Entry>> entries(paths.size());
+    std::vector<std::string> errors(paths.size());
+    std::atomic<size_t> next{0}, done{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto worker = [&](bool reporter) {
+      auto last = t0;
+      for (size_t i = next++; i < paths.size(); i = next++) {
+        try {
+          entries[i] = load_entry(paths[i]);
+        } catch (const std::exception& ex) {
+          errors[i] = ex.what();
+        }
+        ++done;
+        const auto now = std::chrono::steady_clock::now();
+        if (reporter && !quiet && now - last > std::chrono::seconds(5)) {
+          last = now;
+          std::cerr << "indexing " << dir << ": " << done << " / " << paths.size() << " files" << std::endl;
+        }
       }
+    };
+    const size_t jobs = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<size_t>(paths.size(), 1));
+    std::vector<std::thread> threads;
+    for (size_t j = 1; j < jobs; ++j) threads.emplace_back(worker, false);
+    worker(true);
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (!entries[i]) {
+        skip(errors[i]);
+        continue;
+      }
+      if (!quiet)
+        for (const std::string& w : entries[i]->warnings) std::cerr << "warning: " << w << "\n";
+      add(std::move(*entries[i]));
     }
   }
+  if (!split.empty() && by_rule > 0 && !quiet)
+    std::cerr << "warning: " << by_rule << " entries are not in " << split_file
+              << "; the name rule placed them (data/README.md)\n";
   MF_CHECK(!ds.train.empty(), "no usable training structure under '", dir, "' (", found,
            " structure files or cache entries found, ", ds.skipped.size(), " skipped)");
   if (overfit) ds.validation = ds.train;

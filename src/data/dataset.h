@@ -7,10 +7,13 @@
 // when entries are added or removed.
 //
 // Sample stream: global sample index g -> (epoch = g / n, position = g % n) -> entry
-// perm(seed, epoch)[position]. Every random choice downstream (crop) is seeded from
-// (seed, g) as well, so the stream is a pure function of (seed, g): resume needs only g.
+// perm(seed, epoch)[position], the permutation evaluated at one position in O(1) (a keyed
+// Feistel network, no table per draw); weighted sampling is a binary search over running
+// sums. Every random choice downstream (crop) is seeded from (seed, g) as well, so the stream
+// is a pure function of (seed, g): resume needs only g.
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,8 +64,15 @@ std::vector<std::string> list_structure_files(const std::string& dir, std::vecto
 // be used is skipped with a warning on stderr naming the file and the reason; the load
 // fails only when no training entry is left. Long entries are kept whole: crops cut them.
 // overfit: every entry trains, and `validation` holds the same entries (a memorisation check
-// on a small set, whatever the split rule says).
-Dataset load_dataset(const std::string& dir, bool quiet = false, bool overfit = false);
+// on a small set, whatever the split rule says). split_file: a TSV of "entry<TAB>train" or
+// "entry<TAB>validation" lines ('#' comments) that overrides the name rule for the entries it
+// lists (the others follow the rule, counted in a warning); "" = the rule alone. Raw files are
+// parsed on every core, in path order, with progress on stderr every 5 s for large trees.
+Dataset load_dataset(const std::string& dir, bool quiet = false, bool overfit = false,
+                     const std::string& split_file = "");
+
+// The split file's assignments: entry name -> true for validation. Throws naming file and line.
+std::map<std::string, bool> read_split(const std::string& path);
 
 void warn_replaced_sample(const Entry& e, uint64_t g, const std::exception& why);
 

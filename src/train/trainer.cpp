@@ -294,7 +294,7 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
   fs::create_directories(out_dir);
   if (lead) lock_.emplace(out_dir);
 
-  ds = data::load_dataset(cfg.data.dir, quiet, cfg.data.overfit);
+  ds = data::load_dataset(cfg.data.dir, quiet, cfg.data.overfit, cfg.data.split);
   if (!cfg.data.weights.empty()) data::load_weights(ds, cfg.data.weights);
   {
     std::ostringstream os;

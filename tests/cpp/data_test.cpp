@@ -300,6 +300,39 @@ TEST(Dataset, OddPathsArePassedOverByName) {
   EXPECT_EQ(ds.skipped.size(), 5u);
 }
 
+// A split file overrides the name rule for the entries it lists (19hc is validation by the
+// rule, 1ubi training); malformed lines name file and line.
+TEST(Dataset, SplitFileOverridesTheRuleForListedEntries) {
+  TempDir dir;
+  for (const char* f : {"1ubi.pdb.gz", "19hc.pdb.gz", "1a28.pdb.gz"}) fs::copy_file(kData + "/" + f, dir.str() + "/" + f);
+  ASSERT_TRUE(is_validation_entry("19hc"));
+  ASSERT_FALSE(is_validation_entry("1ubi"));
+  const std::string split = dir.write("split.tsv", "# entry\tsplit\n1ubi\tvalidation\n19hc\ttrain\n");
+  const Dataset ds = load_dataset(dir.str(), /*quiet=*/true, /*overfit=*/false, split);
+  std::set<std::string> train, validation;
+  for (const Entry& e : ds.train) train.insert(e.name);
+  for (const Entry& e : ds.validation) validation.insert(e.name);
+  EXPECT_EQ(train, (std::set<std::string>{"19hc", "1a28"}));  // 1a28: not listed, the rule
+  EXPECT_EQ(validation, (std::set<std::string>{"1ubi"}));
+  // Parsed on several threads, kept in path order.
+  EXPECT_EQ(ds.train[0].name, "19hc");
+  auto error = [&](const std::string& text) {
+    try {
+      read_split(dir.write("bad.tsv", text));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("1ubi\ttest\n").find("bad.tsv:1: expected 'entry<TAB>train'"), std::string::npos);
+  // The bundled data/split.tsv is such a file (with its header) and says what the rule says.
+  const std::map<std::string, bool> bundled = read_split(MEGAFOLD_TEST_SOURCE_DIR "/data/split.tsv");
+  EXPECT_GT(bundled.size(), 50u);
+  for (const auto& [name, validation] : bundled) EXPECT_EQ(validation, is_validation_entry(name)) << name;
+  EXPECT_NE(error("1ubi\ttrain\n1ubi\tvalidation\n").find("bad.tsv:2: entry '1ubi' is listed twice"),
+            std::string::npos);
+}
+
 // overfit: a validation entry by the split rule trains too, and validation scores the same
 // entries (here 19hc, a validation entry, and 1a28, a training one).
 TEST(Dataset, OverfitModeTrainsAndValidatesOnEveryEntry) {
@@ -357,6 +390,26 @@ TEST(Dataset, SampleStreamIsAPermutationPerEpochAndSeedDependent) {
   int same = 0;
   for (uint64_t g = 0; g < 7; ++g) same += ds.sample(1, g).name == ds.sample(2, g).name;
   EXPECT_LT(same, 7);
+  // Every epoch is a permutation for sizes around the Feistel domains' edges (4^k), and the
+  // first position is spread over the entries across epochs.
+  for (int n : {1, 2, 3, 4, 5, 16, 17, 1000, 4097}) {
+    Dataset big;
+    for (int i = 0; i < n; ++i) {
+      Entry e;
+      e.name = std::to_string(i);
+      big.train.push_back(e);
+    }
+    for (uint64_t epoch : {0, 1, 9}) {
+      std::set<std::string> seen;
+      for (uint64_t p = 0; p < static_cast<uint64_t>(n); ++p) seen.insert(big.sample(3, epoch * n + p).name);
+      EXPECT_EQ(seen.size(), static_cast<size_t>(n)) << "n=" << n << " epoch " << epoch;
+    }
+    if (n >= 16) {
+      std::set<std::string> firsts;
+      for (uint64_t epoch = 0; epoch < 64; ++epoch) firsts.insert(big.sample(3, epoch * n).name);
+      EXPECT_GT(firsts.size(), 8u) << "n=" << n;
+    }
+  }
 }
 
 Entry synthetic_entry(const std::vector<int>& chain_lengths) {
