@@ -47,10 +47,11 @@ int cache_main(const std::vector<std::string>& argv) {
     std::fflush(stdout);
   });
   if (tty && !o.quiet) std::printf("\n");
-  std::printf("cache %s: %lld entries (%lld built, %lld already cached), %lld skipped (see skipped.tsv); "
-              "%lld tokens, %lld chains, %lld MSA rows, %.1f MB; %.1f s (%.1f inputs/s)\n",
+  std::printf("cache %s: %lld entries (%lld built, %lld already cached), %lld skipped, %lld warnings (see "
+              "skipped.tsv); %lld tokens, %lld chains, %lld MSA rows, %.1f MB; %.1f s (%.1f inputs/s)\n",
               o.out.c_str(), static_cast<long long>(s.entries), static_cast<long long>(s.built),
-              static_cast<long long>(s.reused), static_cast<long long>(s.skipped), static_cast<long long>(s.tokens),
+              static_cast<long long>(s.reused), static_cast<long long>(s.skipped), static_cast<long long>(s.warnings),
+              static_cast<long long>(s.tokens),
               static_cast<long long>(s.chains), static_cast<long long>(s.msa_rows), s.bytes / 1e6, s.seconds,
               (s.entries + s.skipped) / std::max(s.seconds, 1e-9));
   return 0;

@@ -440,6 +440,7 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
     for (const std::string& w : o.warnings) {
       skipped << o.source << "\t" << one_line(w) << "\n";
       std::cerr << "warning: " << o.source << ": " << one_line(w) << "\n";
+      ++s.warnings;
     }
     if (!o.error.empty()) {
       skipped << o.source << "\t" << one_line(o.error) << "\n";

@@ -45,6 +45,7 @@ struct CacheOptions {
 
 struct CacheSummary {
   int64_t entries = 0, built = 0, reused = 0, skipped = 0;
+  int64_t warnings = 0;  // cached entries with something left out (unusable MSAs, skipped atoms)
   int64_t tokens = 0, chains = 0, msa_rows = 0, bytes = 0;
   double seconds = 0;
 };

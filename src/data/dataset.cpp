@@ -144,6 +144,14 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std
   size_t found = 0;
   if (is_cache_dir(dir)) {  // a feature cache (megafold cache): no parsing
     CacheEntries cache = read_cache(dir);
+    // What the cache's build left out (inputs it skipped, MSAs it could not use): said once.
+    if (std::ifstream notes(std::filesystem::path(dir) / "skipped.tsv"); notes && !quiet) {
+      int64_t rows = -1;  // the header
+      for (std::string line; std::getline(notes, line);) rows += !line.empty();
+      if (rows > 0)
+        std::cerr << "warning: the build of cache " << dir << " left out " << rows
+                  << " inputs or MSAs; reasons in " << (std::filesystem::path(dir) / "skipped.tsv").string() << "\n";
+    }
     found = cache.entries.size() + cache.skipped.size();
     for (Entry& e : cache.entries) add(std::move(e));
     for (const std::string& why : cache.skipped) skip(why);
