@@ -53,7 +53,14 @@ uint64_t permuted(uint64_t x, uint64_t n, uint64_t key) {
 
 }  // namespace
 
-const Entry& Dataset::sample(uint64_t seed, uint64_t g) const {
+std::shared_ptr<const Entry> EntryRef::get() const {
+  if (entry_) return entry_;
+  auto e = std::make_shared<Entry>(read_entry_file(file_));
+  MF_CHECK(e->name == name_, file_, ": holds entry '", e->name, "', the cache index says '", name_, "'");
+  return e;
+}
+
+const EntryRef& Dataset::sample(uint64_t seed, uint64_t g) const {
   MF_CHECK(!train.empty(), "dataset has no training entries");
   if (!cumulative_weights.empty()) {
     // Inverse-CDF draw from the top 53 bits of a seeded hash: no generator state to carry.
@@ -136,14 +143,17 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std
     ++by_rule;
     return is_validation_entry(name);
   };
-  auto add = [&](Entry e) { (!overfit && is_validation(e.name) ? ds.validation : ds.train).push_back(std::move(e)); };
+  auto add = [&](EntryRef e) {
+    (!overfit && is_validation(e.name()) ? ds.validation : ds.train).push_back(std::move(e));
+  };
   auto skip = [&](const std::string& why) {
     ds.skipped.push_back(why);
     if (!quiet) std::cerr << "warning: skipping " << why << "\n";
   };
   size_t found = 0;
   if (is_cache_dir(dir)) {  // a feature cache (megafold cache): no parsing
-    CacheEntries cache = read_cache(dir);
+    // The index only: entries are mapped and decoded when sampled (EntryRef).
+    const std::vector<CacheIndexRow> rows = read_cache_index(dir);
     // What the cache's build left out (inputs it skipped, MSAs it could not use): said once.
     if (std::ifstream notes(std::filesystem::path(dir) / "skipped.tsv"); notes && !quiet) {
       int64_t rows = -1;  // the header
@@ -152,9 +162,8 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std
         std::cerr << "warning: the build of cache " << dir << " left out " << rows
                   << " inputs or MSAs; reasons in " << (std::filesystem::path(dir) / "skipped.tsv").string() << "\n";
     }
-    found = cache.entries.size() + cache.skipped.size();
-    for (Entry& e : cache.entries) add(std::move(e));
-    for (const std::string& why : cache.skipped) skip(why);
+    found = rows.size();
+    for (const CacheIndexRow& row : rows) add(EntryRef(row.name, row.path));
   } else {
     std::vector<std::string> passed_over;
     const std::vector<std::string> paths = list_structure_files(dir, &passed_over);
@@ -194,7 +203,7 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std
       }
       if (!quiet)
         for (const std::string& w : entries[i]->warnings) std::cerr << "warning: " << w << "\n";
-      add(std::move(*entries[i]));
+      add(EntryRef(std::move(*entries[i])));
     }
   }
   if (!split.empty() && by_rule > 0 && !quiet)
@@ -206,8 +215,8 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std
   return ds;
 }
 
-void warn_replaced_sample(const Entry& e, uint64_t g, const std::exception& why) {
-  std::cerr << "warning: sample " << g << " (entry " << e.name << ") failed, replaced by another draw: " << why.what()
+void warn_replaced_sample(const std::string& name, uint64_t g, const std::exception& why) {
+  std::cerr << "warning: sample " << g << " (entry " << name << ") failed, replaced by another draw: " << why.what()
             << "\n";
 }
 
@@ -234,9 +243,9 @@ void load_weights(Dataset& ds, const std::string& path) {
   }
   ds.cumulative_weights.clear();
   double total = 0;
-  for (const Entry& e : ds.train) {
-    auto it = by_name.find(e.name);
-    MF_CHECK(it != by_name.end(), path, ": no weight for training entry '", e.name, "'");
+  for (const EntryRef& e : ds.train) {
+    auto it = by_name.find(e.name());
+    MF_CHECK(it != by_name.end(), path, ": no weight for training entry '", e.name(), "'");
     total += it->second;
     ds.cumulative_weights.push_back(total);
   }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,17 +26,35 @@ namespace megafold::data {
 
 bool is_validation_entry(const std::string& name);
 
+// One entry of a dataset: held in memory (parsed from a structure file), or only the index row
+// of a feature cache entry, memory-mapped and decoded each time it is used, so that a cache's
+// entries (MSAs included) never all sit in memory at once: a rank holds the index alone and
+// the ranks of a host share the page cache.
+class EntryRef {
+ public:
+  explicit EntryRef(Entry e) : name_(e.name), entry_(std::make_shared<const Entry>(std::move(e))) {}
+  EntryRef(std::string name, std::string file) : name_(std::move(name)), file_(std::move(file)) {}
+  const std::string& name() const { return name_; }
+  // The entry; for a cache entry, decoded now (throws megafold::Error naming the file when it
+  // is damaged or holds another entry).
+  std::shared_ptr<const Entry> get() const;
+
+ private:
+  std::string name_, file_;
+  std::shared_ptr<const Entry> entry_;
+};
+
 struct Dataset {
-  std::vector<Entry> train;
-  std::vector<Entry> validation;
+  std::vector<EntryRef> train;
+  std::vector<EntryRef> validation;
   std::vector<std::string> skipped;  // "path: reason", one per unreadable file
   // Running sums of the training entries' sampling weights (load_weights). Empty: every entry
   // once per epoch, in a seeded permutation. Otherwise each sample is an independent weighted
   // draw (AF3 samples with weights from cluster sizes), a pure function of (seed, g).
   std::vector<double> cumulative_weights;
 
-  // Entry of global sample index g (train split).
-  const Entry& sample(uint64_t seed, uint64_t g) const;
+  // Entry of global sample index g (train split): which entry is a pure function of (seed, g).
+  const EntryRef& sample(uint64_t seed, uint64_t g) const;
 };
 
 // Sample g of the stream with what `prepare` makes of its entry (e.g. a crop). If prepare
@@ -44,7 +63,7 @@ struct Dataset {
 // same other entry on every run, thread count and rank. Throws after `attempts` failures.
 template <typename Fn>
 auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepare, int attempts = 8)
-    -> std::pair<const Entry*, decltype(prepare(ds.sample(seed, g), g))>;
+    -> std::pair<std::shared_ptr<const Entry>, decltype(prepare(std::declval<const Entry&>(), g))>;
 
 // Reads per-entry sampling weights from a TSV file ("entry<TAB>weight" per line, '#' comments;
 // e.g. 1 / cluster size). Every training entry needs a weight >= 0 and at least
@@ -59,8 +78,9 @@ void load_weights(Dataset& ds, const std::string& path);
 // (they would break the cache's tab-separated index).
 std::vector<std::string> list_structure_files(const std::string& dir, std::vector<std::string>* passed_over = nullptr);
 
-// Loads a feature cache (`dir` holds the index.tsv of `megafold cache`; no parsing), or else
-// every structure file under `dir` (recursively, sorted by path). A file that cannot
+// Loads a feature cache (`dir` holds the index.tsv of `megafold cache`: only the index is read,
+// each entry is mapped and decoded when sampled, and a damaged one is then named and replaced),
+// or else every structure file under `dir` (recursively, sorted by path). A file that cannot
 // be used is skipped with a warning on stderr naming the file and the reason; the load
 // fails only when no training entry is left. Long entries are kept whole: crops cut them.
 // overfit: every entry trains, and `validation` holds the same entries (a memorisation check
@@ -74,19 +94,21 @@ Dataset load_dataset(const std::string& dir, bool quiet = false, bool overfit = 
 // The split file's assignments: entry name -> true for validation. Throws naming file and line.
 std::map<std::string, bool> read_split(const std::string& path);
 
-void warn_replaced_sample(const Entry& e, uint64_t g, const std::exception& why);
+void warn_replaced_sample(const std::string& name, uint64_t g, const std::exception& why);
 
 template <typename Fn>
 auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepare, int attempts)
-    -> std::pair<const Entry*, decltype(prepare(ds.sample(seed, g), g))> {
+    -> std::pair<std::shared_ptr<const Entry>, decltype(prepare(std::declval<const Entry&>(), g))> {
   uint64_t draw = g;
   for (int k = 1;; ++k) {
-    const Entry& e = ds.sample(seed, draw);
+    const EntryRef& ref = ds.sample(seed, draw);
     try {
-      return {&e, prepare(e, draw)};
+      std::shared_ptr<const Entry> e = ref.get();  // a damaged cache entry is replaced too
+      auto prepared = prepare(*e, draw);
+      return {std::move(e), std::move(prepared)};
     } catch (const std::exception& ex) {
       if (k >= attempts) throw;
-      warn_replaced_sample(e, g, ex);
+      warn_replaced_sample(ref.name(), g, ex);
       draw = mix_seed(g, static_cast<uint64_t>(k));
     }
   }

@@ -109,6 +109,7 @@ class RunLock {
 // per rank.
 data::Batch training_batch(const data::Dataset& ds, const config::TrainConfig& cfg, uint64_t seed, int64_t step, int rank,
                            int world) {
+  std::vector<std::shared_ptr<const data::Entry>> held;  // decoded cache entries live until the batch is built
   std::vector<const data::Entry*> entries;
   std::vector<std::vector<int32_t>> crops;
   const int64_t slot = step * world + rank;
@@ -118,7 +119,8 @@ data::Batch training_batch(const data::Dataset& ds, const config::TrainConfig& c
     auto [entry, crop] = data::sample_or_replace(ds, seed, g, [&](const data::Entry& e, uint64_t draw) {
       return data::training_crop(e, static_cast<int>(cfg.data.crop_size), weights, mix_seed(seed ^ kCropSalt, draw));
     });
-    entries.push_back(entry);
+    entries.push_back(entry.get());
+    held.push_back(std::move(entry));
     crops.push_back(std::move(crop));
   }
   // Entry b of the batch draws its MSA rows with mix_seed(msa seed, b): a function of (seed, g).
@@ -139,7 +141,15 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
   Validation v;
   at::NoGradGuard no_grad;
   model->eval();
-  for (const data::Entry& e : ds.validation) {
+  for (const data::EntryRef& ref : ds.validation) {
+    std::shared_ptr<const data::Entry> held;
+    try {
+      held = ref.get();
+    } catch (const std::exception& ex) {  // a damaged cache entry: named, left out of this validation
+      std::cerr << "warning: validation entry " << ref.name() << " skipped: " << ex.what() << std::endl;
+      continue;
+    }
+    const data::Entry& e = *held;
     // Fixed crops, independent of the run seed and of the other entries, so runs compare.
     const auto crop = data::contiguous_crop(e, static_cast<int>(cfg.data.val_crop_size),
                                             mix_seed(kValidationSalt, fnv1a32(e.name)));

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/check.h"
 #include "data/cache.h"
@@ -155,7 +156,10 @@ TEST_F(CacheTest, BuildsAreByteIdenticalForAnyWorkerCountAndReadBackExactly) {
   // Training reads the cache like a directory of files: same entries, same split.
   const Dataset a = load_dataset((root_ / "c1").string(), true), b = load_dataset((root_ / "in").string(), true);
   ASSERT_EQ(a.train.size() + a.validation.size(), b.train.size() + b.validation.size());
-  for (size_t i = 0; i < a.train.size(); ++i) EXPECT_EQ(a.train[i].name, b.train[i].name);
+  for (size_t i = 0; i < a.train.size(); ++i) {
+    EXPECT_EQ(a.train[i].name(), b.train[i].name());
+    EXPECT_EQ(a.train[i].get()->coords, b.train[i].get()->coords);  // decoded on use, the same entry
+  }
 }
 
 TEST_F(CacheTest, CorruptedAndTruncatedEntriesAreNamedAndRebuilt) {
@@ -206,6 +210,26 @@ TEST_F(CacheTest, RerunsRebuildWhatChanged) {
     if (e.name == "1a28") EXPECT_EQ(e.n_tokens(), load_entry(kData + "/1ubi.pdb.gz").n_tokens());
     if (e.name == "19hc") EXPECT_EQ(e.msas.at(0).depth, 1);
   }
+}
+
+// Training from a cache holds its index only: entries are mapped and decoded when sampled, so
+// a file damaged (or removed) after the start is found then, named, and replaced by another
+// draw, the same on every run.
+TEST_F(CacheTest, TrainingFromACacheDecodesEntriesWhenSampled) {
+  build_cache(options("c", 2));
+  const Dataset ds = load_dataset((root_ / "c").string(), true);
+  ASSERT_EQ(ds.train.size() + ds.validation.size(), 4u);
+  const std::string victim = ds.train[0].name();
+  fs::remove(root_ / "c" / "entries" / (victim + ".mfe"));
+  EXPECT_THROW(ds.train[0].get(), Error);
+  std::set<std::string> drawn;
+  for (uint64_t g = 0; g < 3 * ds.train.size(); ++g) {
+    const auto [entry, tokens] = sample_or_replace(ds, 1, g, [](const Entry& e, uint64_t) { return e.n_tokens(); });
+    EXPECT_EQ(tokens, entry->n_tokens());
+    drawn.insert(entry->name);
+  }
+  EXPECT_EQ(drawn.count(victim), 0u);
+  EXPECT_EQ(drawn.size(), ds.train.size() - 1);
 }
 
 TEST_F(CacheTest, NotACacheEntryAndOtherVersionsAreClearErrors) {

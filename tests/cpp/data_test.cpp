@@ -310,12 +310,12 @@ TEST(Dataset, SplitFileOverridesTheRuleForListedEntries) {
   const std::string split = dir.write("split.tsv", "# entry\tsplit\n1ubi\tvalidation\n19hc\ttrain\n");
   const Dataset ds = load_dataset(dir.str(), /*quiet=*/true, /*overfit=*/false, split);
   std::set<std::string> train, validation;
-  for (const Entry& e : ds.train) train.insert(e.name);
-  for (const Entry& e : ds.validation) validation.insert(e.name);
+  for (const EntryRef& e : ds.train) train.insert(e.name());
+  for (const EntryRef& e : ds.validation) validation.insert(e.name());
   EXPECT_EQ(train, (std::set<std::string>{"19hc", "1a28"}));  // 1a28: not listed, the rule
   EXPECT_EQ(validation, (std::set<std::string>{"1ubi"}));
   // Parsed on several threads, kept in path order.
-  EXPECT_EQ(ds.train[0].name, "19hc");
+  EXPECT_EQ(ds.train[0].name(), "19hc");
   auto error = [&](const std::string& text) {
     try {
       read_split(dir.write("bad.tsv", text));
@@ -345,8 +345,8 @@ TEST(Dataset, OverfitModeTrainsAndValidatesOnEveryEntry) {
   const Dataset all = load_dataset(dir.str(), true, /*overfit=*/true);
   ASSERT_EQ(all.train.size(), 2u);
   ASSERT_EQ(all.validation.size(), 2u);
-  EXPECT_EQ(all.validation[0].name, all.train[0].name);
-  EXPECT_EQ(all.validation[1].name, all.train[1].name);
+  EXPECT_EQ(all.validation[0].name(), all.train[0].name());
+  EXPECT_EQ(all.validation[1].name(), all.train[1].name());
 }
 
 TEST(Dataset, EmptyDirectoryIsAClearError) {
@@ -380,15 +380,15 @@ TEST(Dataset, SampleStreamIsAPermutationPerEpochAndSeedDependent) {
   for (int i = 0; i < 7; ++i) {
     Entry e;
     e.name = "e" + std::to_string(i);
-    ds.train.push_back(e);
+    ds.train.emplace_back(e);
   }
   std::set<std::string> epoch0, epoch1;
-  for (uint64_t g = 0; g < 7; ++g) epoch0.insert(ds.sample(1, g).name);
-  for (uint64_t g = 7; g < 14; ++g) epoch1.insert(ds.sample(1, g).name);
+  for (uint64_t g = 0; g < 7; ++g) epoch0.insert(ds.sample(1, g).name());
+  for (uint64_t g = 7; g < 14; ++g) epoch1.insert(ds.sample(1, g).name());
   EXPECT_EQ(epoch0.size(), 7u);
   EXPECT_EQ(epoch1.size(), 7u);
   int same = 0;
-  for (uint64_t g = 0; g < 7; ++g) same += ds.sample(1, g).name == ds.sample(2, g).name;
+  for (uint64_t g = 0; g < 7; ++g) same += ds.sample(1, g).name() == ds.sample(2, g).name();
   EXPECT_LT(same, 7);
   // Every epoch is a permutation for sizes around the Feistel domains' edges (4^k), and the
   // first position is spread over the entries across epochs.
@@ -397,16 +397,16 @@ TEST(Dataset, SampleStreamIsAPermutationPerEpochAndSeedDependent) {
     for (int i = 0; i < n; ++i) {
       Entry e;
       e.name = std::to_string(i);
-      big.train.push_back(e);
+      big.train.emplace_back(e);
     }
     for (uint64_t epoch : {0, 1, 9}) {
       std::set<std::string> seen;
-      for (uint64_t p = 0; p < static_cast<uint64_t>(n); ++p) seen.insert(big.sample(3, epoch * n + p).name);
+      for (uint64_t p = 0; p < static_cast<uint64_t>(n); ++p) seen.insert(big.sample(3, epoch * n + p).name());
       EXPECT_EQ(seen.size(), static_cast<size_t>(n)) << "n=" << n << " epoch " << epoch;
     }
     if (n >= 16) {
       std::set<std::string> firsts;
-      for (uint64_t epoch = 0; epoch < 64; ++epoch) firsts.insert(big.sample(3, epoch * n).name);
+      for (uint64_t epoch = 0; epoch < 64; ++epoch) firsts.insert(big.sample(3, epoch * n).name());
       EXPECT_GT(firsts.size(), 8u) << "n=" << n;
     }
   }
@@ -432,15 +432,15 @@ TEST(Dataset, WeightedSamplingFollowsTheWeights) {
   Dataset ds = load_dataset(kData, true);
   std::string tsv = "# entry\tweight\n";
   for (size_t i = 0; i < ds.train.size(); ++i)
-    tsv += ds.train[i].name + "\t" + (i == 0 ? "0" : i == 1 ? "30" : "1") + "\n";
+    tsv += ds.train[i].name() + "\t" + (i == 0 ? "0" : i == 1 ? "30" : "1") + "\n";
   load_weights(ds, dir.write("w.tsv", tsv));
   const double total = 30.0 + static_cast<double>(ds.train.size() - 2);
   std::map<std::string, int> count;
   const int draws = 20000;
-  for (int g = 0; g < draws; ++g) ++count[ds.sample(5, g).name];
-  EXPECT_EQ(count[ds.train[0].name], 0);
+  for (int g = 0; g < draws; ++g) ++count[ds.sample(5, g).name()];
+  EXPECT_EQ(count[ds.train[0].name()], 0);
   const double expected = draws * 30.0 / total;
-  EXPECT_NEAR(count[ds.train[1].name], expected, 5 * std::sqrt(expected));
+  EXPECT_NEAR(count[ds.train[1].name()], expected, 5 * std::sqrt(expected));
   EXPECT_EQ(&ds.sample(5, 123), &ds.sample(5, 123));
   auto error = [&](const std::string& text) {
     try {

@@ -55,7 +55,7 @@ Batch batch_of_step(int64_t k) {
   std::vector<std::vector<int32_t>> crops;
   for (int64_t b = 0; b < 2; ++b) {
     const uint64_t g = static_cast<uint64_t>(2 * k + b);
-    const Entry& e = with_msa(dataset().sample(7, g));
+    const Entry& e = with_msa(*dataset().sample(7, g).get());
     entries.push_back(&e);
     crops.push_back(training_crop(e, 48, {}, mix_seed(7, g)));
   }
@@ -132,7 +132,7 @@ TEST(Loader, AFailingBatchIsReportedWithItsStep) {
 
 // A sample whose preparation fails is replaced by the same other draw on every run.
 TEST(Loader, FailingSamplesAreReplacedDeterministically) {
-  const std::string bad = dataset().sample(3, 10).name;
+  const std::string bad = dataset().sample(3, 10).name();
   auto prepare = [&](const Entry& e, uint64_t) {
     if (e.name == bad) throw Error("entry " + e.name + ": cannot crop");
     return e.n_tokens();
@@ -141,7 +141,7 @@ TEST(Loader, FailingSamplesAreReplacedDeterministically) {
   EXPECT_NE(first.first->name, bad);
   EXPECT_EQ(first.second, first.first->n_tokens());
   EXPECT_EQ(sample_or_replace(dataset(), 3, 10, prepare).first, first.first);
-  EXPECT_EQ(sample_or_replace(dataset(), 3, 11, prepare).first, &dataset().sample(3, 11));  // others untouched
+  EXPECT_EQ(sample_or_replace(dataset(), 3, 11, prepare).first, dataset().sample(3, 11).get());  // others untouched
   EXPECT_THROW(sample_or_replace(dataset(), 3, 10, [](const Entry&, uint64_t) -> int { throw Error("always"); }), Error);
 }
 
