@@ -55,5 +55,6 @@ int memory_main(const std::vector<std::string>& args);
 int config_main(const std::vector<std::string>& args);
 int export_main(const std::vector<std::string>& args);
 int plot_main(const std::vector<std::string>& args);
+int synth_cache_main(const std::vector<std::string>& args);
 
 }  // namespace megafold::cli

@@ -1,8 +1,12 @@
 // `megafold dev loader`: how fast the loader turns inputs into training batches, per sample from
-// raw structure files (parse every time) or from a feature cache (memory-map every time).
+// raw structure files (parse every time) or from a feature cache as training reads it (the
+// index at start, each entry memory-mapped and decoded when sampled), with the start-up time
+// and the resident memory after start and after the samples.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "cli/args.h"
 #include "core/check.h"
@@ -13,6 +17,17 @@
 #include "data/loader.h"
 
 namespace megafold::cli {
+namespace {
+
+// This process's resident memory (VmRSS), in GB.
+double resident_gb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024.0 / 1e9;  // kB
+  return 0.0;
+}
+
+}  // namespace
 
 int loader_main(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
@@ -36,12 +51,15 @@ int loader_main(const std::vector<std::string>& argv) {
   MF_CHECK(args.has("data"), "--data is required (see --help)");
   const std::string dir = *args.get("data");
   const bool cached = data::is_cache_dir(dir);
-  std::vector<std::string> files;
-  if (cached)
-    for (const data::CacheIndexRow& row : data::read_cache_index(dir)) files.push_back(row.path);
-  else
-    files = data::list_structure_files(dir);
-  MF_CHECK(!files.empty(), "no entries under ", dir);
+  const double rss_before = resident_gb();
+  const auto t_start = std::chrono::steady_clock::now();
+  std::optional<data::Dataset> ds;  // a cache: as training loads it (the index only)
+  std::vector<std::string> files;   // raw files: parsed per sample
+  if (cached) ds = data::load_dataset(dir, /*quiet=*/true, /*overfit=*/true);
+  else files = data::list_structure_files(dir);
+  const double startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  const double rss_start = resident_gb();
+  MF_CHECK(cached || !files.empty(), "no entries under ", dir);
   const int crop = static_cast<int>(args.get_int("crop", 384));
   const int64_t samples = args.get_int("samples", 200);
   const int workers = static_cast<int>(args.get_int("workers", 2));
@@ -50,10 +68,15 @@ int loader_main(const std::vector<std::string>& argv) {
   MF_CHECK(crop > 0 && samples > 0 && workers > 0 && msa_rows > 0,
            "--crop, --samples, --workers and --msa-rows must be > 0");
   auto make = [&](int64_t k) {
-    // Sample k's file, crop and MSA rows, each from its own seed derived from (seed, k).
+    // Sample k's entry, crop and MSA rows, each from its own seed derived from (seed, k).
     const uint64_t s = mix_seed(seed, static_cast<uint64_t>(k));
-    const std::string& file = files[s % files.size()];
-    const data::Entry e = cached ? data::read_entry_file(file) : data::load_entry(file);
+    if (cached) {
+      const auto [e, tokens] = data::sample_or_replace(*ds, seed, static_cast<uint64_t>(k), [&](const data::Entry& x, uint64_t) {
+        return data::training_crop(x, crop, {}, mix_seed(s, 1));
+      });
+      return data::make_batch({e.get()}, {tokens}, crop, {msa_rows, mix_seed(s, 2)});
+    }
+    const data::Entry e = data::load_entry(files[s % files.size()]);
     const auto tokens = data::training_crop(e, crop, {}, mix_seed(s, 1));
     return data::make_batch({&e}, {tokens}, crop, {msa_rows, mix_seed(s, 2)});
   };
@@ -63,10 +86,12 @@ int loader_main(const std::vector<std::string>& argv) {
     for (int64_t k = 0; k < samples; ++k) batches.next();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("{\"mode\": \"%s\", \"crop\": %d, \"samples\": %lld, \"workers\": %d, \"seconds\": %.4f, "
-              "\"samples_per_s\": %.2f}\n",
-              cached ? "cache" : "raw", crop, static_cast<long long>(samples), workers, seconds,
-              static_cast<double>(samples) / seconds);
+  const size_t entries = cached ? ds->train.size() : files.size();
+  std::printf("{\"mode\": \"%s\", \"entries\": %zu, \"crop\": %d, \"samples\": %lld, \"workers\": %d, "
+              "\"seconds\": %.4f, \"samples_per_s\": %.2f, \"startup_s\": %.4f, \"rss_before_gb\": %.4f, "
+              "\"rss_start_gb\": %.4f, \"rss_after_gb\": %.4f}\n",
+              cached ? "cache" : "raw", entries, crop, static_cast<long long>(samples), workers, seconds,
+              static_cast<double>(samples) / seconds, startup_s, rss_before, rss_start, resident_gb());
   return 0;
 }
 

@@ -28,7 +28,8 @@ constexpr const char* kDevUsage =
     "benchmarks and verifiers:\n"
     "  block        time one Pairformer block forward and backward (kernels or references)\n"
     "  loader       measure loader throughput (samples/s) from raw files or a cache\n"
-    "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n\n"
+    "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n"
+    "  synth-cache  write a feature cache of many synthetic entries (loader benchmarks at scale)\n\n"
     "Run 'megafold dev <command> --help' for its options.\n";
 
 int dev_main(std::vector<std::string> args) {
@@ -41,6 +42,7 @@ int dev_main(std::vector<std::string> args) {
   if (command == "block") return megafold::cli::block_main(args);
   if (command == "loader") return megafold::cli::loader_main(args);
   if (command == "shard-check") return megafold::cli::shard_check_main(args);
+  if (command == "synth-cache") return megafold::cli::synth_cache_main(args);
   std::cerr << "megafold dev: unknown command '" << command << "'\n\n" << kDevUsage;
   return 2;
 }

@@ -50,6 +50,13 @@ struct CacheSummary {
   double seconds = 0;
 };
 
+// For benchmarks at PDB scale: a cache of `count` entries written directly (no parsing), entry
+// i being sources[i % sources.size()] renamed "x<i>" (zero-padded) with a synthetic MSA of
+// `msa_rows` rows per chain (the query, then random rows seeded by i), index and entry files
+// laid out as build_cache writes them.
+CacheSummary write_synthetic_cache(const std::vector<Entry>& sources, int64_t count, int64_t msa_rows,
+                                   const std::string& out);
+
 // Builds or completes a cache (see the header comment). An input that cannot be used is
 // listed in skipped.tsv with its reason and never stops the build; an entry file already
 // present and valid is kept. `progress` (may be empty) is called after each input.
