@@ -116,6 +116,7 @@ void keys(S& d, auto&& f) {
   f("dir", d.dir), f("crop_size", d.crop_size), f("batch_size", d.batch_size), f("val_crop_size", d.val_crop_size);
   f("overfit", d.overfit), f("crop_contiguous", d.crop_contiguous), f("crop_spatial", d.crop_spatial);
   f("crop_spatial_interface", d.crop_spatial_interface), f("weights", d.weights), f("split", d.split);
+  f("clusters", d.clusters);
   f("msa_rows", d.msa_rows), f("workers", d.workers), f("prefetch", d.prefetch);
 }
 
@@ -277,6 +278,8 @@ void validate(const TrainConfig& c, const std::string& origin) {
   non_negative(c.optim.decay_every, "optim.decay_every");
   if (c.val_every < -1) throw Error(origin + ": 'val_every' must be >= -1 (0: only at the end, -1: never)");
   non_negative(c.threads, "threads");
+  if (!c.data.weights.empty() && !c.data.clusters.empty())
+    throw Error(origin + ": 'data.weights' and 'data.clusters' both set; give one (clusters derive the weights)");
   non_negative(c.max_skipped_steps, "max_skipped_steps");
   auto in_range = [&](double v, double lo, double hi, const char* key, const char* range) {
     if (!(v >= lo && v <= hi)) throw Error(origin + ": '" + key + "' must be in " + range + ", got " + std::to_string(v));

@@ -27,6 +27,9 @@ struct DataConfig {
   // Optional split file, a TSV of "entry<TAB>train|validation" that overrides the name rule for
   // the entries it lists; "" = the rule alone (data/README.md).
   std::string split;
+  // Optional cluster file, a TSV of "entry<TAB>cluster": entries are weighted 1 / cluster size
+  // so that clusters are drawn equally often (AF3 SI 2.5.1); exclusive with `weights`.
+  std::string clusters;
   // MSA rows per example, the query included: the loader draws them from each entry's
   // (unpaired) MSA as a pure function of (seed, step, sample) (data/msa_features.h).
   int64_t msa_rows = 128;

@@ -252,4 +252,37 @@ void load_weights(Dataset& ds, const std::string& path) {
   MF_CHECK(total > 0, path, ": every training entry has weight 0");
 }
 
+void load_clusters(Dataset& ds, const std::string& path, bool quiet) {
+  std::ifstream in(path);
+  MF_CHECK(in.good(), path, ": cannot read the cluster file");
+  std::map<std::string, std::string> cluster_of;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    const auto tab = line.find('\t');
+    MF_CHECK(tab != std::string::npos && tab > 0 && tab + 1 < line.size(), path, ":", line_no,
+             ": expected 'entry<TAB>cluster', got '", line, "'");
+    MF_CHECK(cluster_of.emplace(line.substr(0, tab), line.substr(tab + 1)).second, path, ":", line_no, ": entry '",
+             line.substr(0, tab), "' is listed twice");
+  }
+  std::map<std::string, int64_t> size;  // training entries per cluster
+  std::vector<std::string> clusters;
+  size_t unlisted = 0;
+  for (const EntryRef& e : ds.train) {
+    auto it = cluster_of.find(e.name());
+    if (it == cluster_of.end()) ++unlisted;
+    clusters.push_back(it == cluster_of.end() ? "\x01" + e.name() : it->second);  // its own cluster
+    ++size[clusters.back()];
+  }
+  if (unlisted > 0 && !quiet)
+    std::cerr << "warning: " << unlisted << " training entries are not in " << path << "; each is a cluster of its own\n";
+  ds.cumulative_weights.clear();
+  double total = 0;
+  for (const std::string& c : clusters) {
+    total += 1.0 / static_cast<double>(size[c]);
+    ds.cumulative_weights.push_back(total);
+  }
+}
+
 }  // namespace megafold::data

@@ -70,6 +70,13 @@ auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepar
 // one must be > 0; errors name the file, line or entry. Sets ds.cumulative_weights.
 void load_weights(Dataset& ds, const std::string& path);
 
+// Weights from clusters: a TSV file of "entry<TAB>cluster" lines ('#' comments), each training
+// entry weighted 1 / (training entries in its cluster), so that every cluster is drawn equally
+// often (AF3 SI 2.5.1 samples by cluster). An entry the file does not list is a cluster of its
+// own (named in one warning with the count). Errors name the file and line. Sets
+// ds.cumulative_weights.
+void load_clusters(Dataset& ds, const std::string& path, bool quiet = false);
+
 // Structure files under `dir` (recursively, sorted by path); throws naming a missing or
 // unreadable directory. What is passed over is named in `passed_over` when given (else
 // printed as warnings): unreadable subdirectories, symlinked subdirectories (not followed, so

@@ -306,6 +306,7 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
 
   ds = data::load_dataset(cfg.data.dir, quiet, cfg.data.overfit, cfg.data.split);
   if (!cfg.data.weights.empty()) data::load_weights(ds, cfg.data.weights);
+  if (!cfg.data.clusters.empty()) data::load_clusters(ds, cfg.data.clusters, quiet);
   {
     std::ostringstream os;
     os << "data: " << ds.train.size() << " train, " << ds.validation.size() << " validation entries from "

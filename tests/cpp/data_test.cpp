@@ -333,6 +333,36 @@ TEST(Dataset, SplitFileOverridesTheRuleForListedEntries) {
             std::string::npos);
 }
 
+// Cluster weights: every cluster drawn equally often, its entries sharing its draws; entries
+// the file does not list are clusters of their own.
+TEST(Dataset, ClustersAreDrawnEquallyOften) {
+  TempDir dir;
+  Dataset ds = load_dataset(kData, true);
+  ASSERT_GT(ds.train.size(), 10u);
+  std::string tsv = "# entry\tcluster\n";
+  for (size_t i = 0; i < 3; ++i) tsv += ds.train[i].name() + "\tbig\n";
+  load_clusters(ds, dir.write("clusters.tsv", tsv), /*quiet=*/true);
+  const double clusters = static_cast<double>(ds.train.size() - 3 + 1);
+  std::map<std::string, int> count;
+  const int draws = 30000;
+  for (int g = 0; g < draws; ++g) ++count[ds.sample(9, g).name()];
+  int big = 0;
+  for (size_t i = 0; i < 3; ++i) big += count[ds.train[i].name()];
+  const double expected = draws / clusters;  // per cluster
+  EXPECT_NEAR(big, expected, 5 * std::sqrt(expected));
+  EXPECT_NEAR(count[ds.train[5].name()], expected, 5 * std::sqrt(expected));
+  auto error = [&](const std::string& text) {
+    try {
+      load_clusters(ds, dir.write("bad.tsv", text), true);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("1ubi\n").find("bad.tsv:1: expected 'entry<TAB>cluster'"), std::string::npos);
+  EXPECT_NE(error("1ubi\ta\n1ubi\tb\n").find("bad.tsv:2: entry '1ubi' is listed twice"), std::string::npos);
+}
+
 // overfit: a validation entry by the split rule trains too, and validation scores the same
 // entries (here 19hc, a validation entry, and 1a28, a training one).
 TEST(Dataset, OverfitModeTrainsAndValidatesOnEveryEntry) {
