@@ -93,7 +93,14 @@ int eval_main(const std::vector<std::string>& argv) {
     if (max_tokens > 0 && e.n_tokens() > max_tokens)
       e = data::select_tokens(e, data::contiguous_crop(e, static_cast<int>(max_tokens), fnv1a32(e.name)));
     const auto t0 = std::chrono::steady_clock::now();
-    const infer::PredictedEntry r = predictor.predict(e, samples, mix_seed(seed, fnv1a32(e.name)));
+    infer::PredictedEntry r;
+    try {
+      r = predictor.predict(e, samples, mix_seed(seed, fnv1a32(e.name)));
+    } catch (const Error& ex) {  // e.g. too large for the device: this entry only
+      std::cerr << "warning: skipping " << path << ": " << ex.what() << "\n";
+      skipped.push_back(path + ": " + ex.what());
+      continue;
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!std::isfinite(mean(r.lddt_ca)) || !std::isfinite(mean(r.lddt_all))) {  // kept out of the means
       const std::string why = path + ": entry " + e.name + " scored non-finite (diverged weights?)";

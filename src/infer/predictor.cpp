@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 
 #include "core/check.h"
@@ -12,6 +13,7 @@
 #include "model/scoring.h"
 #include "core/checkpoint.h"
 #include "core/device.h"
+#include "core/memory.h"
 
 namespace megafold::infer {
 namespace {
@@ -43,6 +45,21 @@ Predictor::Predictor(megafold::CheckpointReader reader, const std::string& check
 
 PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_t seed) {
   MF_CHECK(samples >= 1, "predict: samples must be >= 1, got ", samples);
+  // What the trunk cannot do without, checked before anything is allocated: the pair
+  // representation [N, N, c_z] in fp32, its initial value and one update held at once. A lower
+  // bound (the ops' transients come on top), so it refuses only what cannot run.
+  const double n = e.n_tokens(), pair_bytes = n * n * static_cast<double>(cfg_.model.c_z) * 4.0;
+  const double need = 3.0 * pair_bytes, available = static_cast<double>(available_memory(device_));
+  if (need > available) {
+    char text[320];
+    std::snprintf(text, sizeof(text),
+                  "%s: %d tokens need at least %.1f GB on %s (3 x the pair representation [N, N, c_z = %lld] in fp32, "
+                  "%.1f GB each), %.1f GB are available: predict on a device with more memory, or split the input "
+                  "(chains, domains)",
+                  e.name.c_str(), e.n_tokens(), need / 1e9, device_.str().c_str(),
+                  static_cast<long long>(cfg_.model.c_z), pair_bytes / 1e9, available / 1e9);
+    throw Error(text);
+  }
   at::NoGradGuard no_grad;
   // The training run's MSA depth; the rows drawn depend on the seed as everything else does.
   const data::Batch batch = data::make_batch({&e}, {{}}, 0, {cfg_.data.msa_rows, seed}).to(device_);

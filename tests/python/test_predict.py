@@ -113,6 +113,15 @@ def test_eval_scores_a_directory_and_skips_bad_files(megafold_bin, source_dir, c
     assert "lDDT-CA" in r.stdout and "mean" in r.stdout
 
 
+def test_predict_refuses_an_input_too_large_for_the_device(megafold_bin, checkpoint, tmp_path):
+    huge = tmp_path / "huge.fasta"
+    huge.write_text(">a\n" + "MKTAYIAKQRQISFVKSHFSRQ" * 40000 + "\n")  # 880k residues: petabytes of pair representation
+    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", huge, "--out", tmp_path / "out")
+    assert r.returncode == 1, r.stderr
+    assert "huge: 880000 tokens need at least" in r.stderr and "are available" in r.stderr
+    assert not (tmp_path / "out" / "huge_sample_0.cif").exists()
+
+
 def test_predict_errors_name_the_problem(megafold_bin, source_dir, checkpoint, tmp_path):
     r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", tmp_path / "x.txt", "--out", tmp_path)
     assert r.returncode == 1 and "unknown input type" in r.stderr
