@@ -82,21 +82,12 @@ void verify_checkpoint(const std::string& path) {
   uint64_t expected_bytes = 0;
   sum >> tag >> std::hex >> expected >> std::dec >> expected_bytes;
   MF_CHECK(sum && tag == "crc32", checksum_path(path), ": malformed checksum file");
-  std::ifstream in(path, std::ios::binary);
-  MF_CHECK(in.good(), path, ": cannot read checkpoint");
-  std::vector<char> buf(1 << 20);
-  uLong crc = crc32(0L, Z_NULL, 0);
   uint64_t bytes = 0;
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto n = static_cast<size_t>(in.gcount());
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(n));
-    bytes += n;
-  }
-  if (static_cast<uint32_t>(crc) != expected || bytes != expected_bytes) {
+  const uint32_t crc = file_crc32(path, 0, &bytes);
+  if (crc != expected || bytes != expected_bytes) {
     char text[160];
     std::snprintf(text, sizeof(text), "crc32 %08x over %llu bytes, written with %08x over %llu",
-                  static_cast<uint32_t>(crc), static_cast<unsigned long long>(bytes), expected,
+                  crc, static_cast<unsigned long long>(bytes), expected,
                   static_cast<unsigned long long>(expected_bytes));
     throw Error(path + ": checksum mismatch (" + text +
                 "): the file changed after it was written (a flipped bit, a truncated or partial copy)");

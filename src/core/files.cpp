@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/check.h"
 
@@ -37,6 +39,22 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     MF_CHECK(out.good(), "cannot write ", tmp, " (disk full or no permission?)");
   }
   publish_file(tmp, path);
+}
+
+uint32_t file_crc32(const std::string& path, uint32_t crc, uint64_t* bytes) {
+  std::ifstream in(path, std::ios::binary);
+  MF_CHECK(in.good(), path, ": cannot read");
+  std::vector<char> buf(1 << 20);
+  uLong c = crc;
+  uint64_t total = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    c = crc32(c, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(n));
+    total += n;
+  }
+  if (bytes != nullptr) *bytes = total;
+  return static_cast<uint32_t>(c);
 }
 
 }  // namespace megafold

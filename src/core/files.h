@@ -1,6 +1,7 @@
 #pragma once
 // Atomic file replacement: a reader (or a resumed run after a crash) sees either the old file
 // or the new one, never a torn one.
+#include <cstdint>
 #include <string>
 
 namespace megafold {
@@ -10,5 +11,9 @@ void publish_file(const std::string& tmp, const std::string& path);
 
 // Writes `text` to `path` + ".tmp" and publishes it as `path`.
 void write_file_atomically(const std::string& path, const std::string& text);
+
+// CRC-32 (zlib's) of a file's bytes, continuing `crc` (0 starts one); the file's size in
+// `bytes` when given. Throws megafold::Error naming an unreadable file.
+uint32_t file_crc32(const std::string& path, uint32_t crc = 0, uint64_t* bytes = nullptr);
 
 }  // namespace megafold

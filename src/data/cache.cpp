@@ -283,28 +283,15 @@ void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>&
   }
 }
 
-// CRC-32 of a file's bytes, continuing `crc`.
-uint32_t crc_of_file(const std::string& path, uint32_t crc) {
-  std::ifstream in(path, std::ios::binary);
-  MF_CHECK(in.good(), path, ": cannot read");
-  std::vector<unsigned char> buf(1 << 20);
-  uLong c = crc;
-  while (in) {
-    in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-    c = crc32(c, buf.data(), static_cast<uInt>(in.gcount()));
-  }
-  return static_cast<uint32_t>(c);
-}
-
 // What an entry is built from, as one key: the source file's bytes and each of its MSA files'
 // names and bytes. An entry is reused only when its key is the one its index row records, so a
 // changed source, a new, changed or removed MSA rebuilds it.
 std::string input_key(const std::string& source, const std::vector<std::string>& msa_files) {
-  uint32_t crc = crc_of_file(source, static_cast<uint32_t>(crc32(0L, Z_NULL, 0)));
+  uint32_t crc = file_crc32(source);
   for (const std::string& f : msa_files) {
     const std::string name = fs::path(f).filename().string();
     crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size())));
-    crc = crc_of_file(f, crc);
+    crc = file_crc32(f, crc);
   }
   char text[16];
   std::snprintf(text, sizeof(text), "%08x", crc);

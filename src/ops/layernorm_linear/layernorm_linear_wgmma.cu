@@ -493,10 +493,9 @@ void add_x_maps(Maps& maps, const LayerNormLinearParams& p) {
 
 template <typename Kernel, typename... Args>
 void launch(const char* name, Kernel kernel, dim3 grid, int smem, cudaStream_t stream, Args... args) {
-  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  launch_kernel(kernel, grid, Tr::kThreads, smem, stream, args...);  // sets the shared-memory limit
   sm90::check_blocks_per_sm("layernorm_linear", name, reinterpret_cast<const void*>(kernel), Tr::kThreads, smem,
                             Tr::kBlocksPerSm);
-  launch_kernel(kernel, grid, Tr::kThreads, smem, stream, args...);
 }
 
 unsigned grid_rows(int64_t M) {

@@ -564,13 +564,13 @@ Maps make_maps(const TriangleAttentionParams& p, bool grad) {
   return maps;
 }
 
-// Launches with `smem` bytes of dynamic shared memory; the first time, checks that two blocks
-// fit per SM as the tile choices assume (warns once, naming the kernel, if not).
+// Launches with `smem` bytes of dynamic shared memory; after the first launch (which set the
+// kernel's shared-memory limit), checks that two blocks fit per SM as the tile choices assume
+// (warns once, naming the kernel, if not).
 template <typename Kernel, typename... Args>
 void launch(const char* name, Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, Args... args) {
-  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  launch_kernel(kernel, grid, threads, smem, stream, args...);  // sets the shared-memory limit
   sm90::check_blocks_per_sm("triangle_attention", name, reinterpret_cast<const void*>(kernel), threads, smem, 2);
-  launch_kernel(kernel, grid, threads, smem, stream, args...);
 }
 
 void check_grid(int64_t x, int64_t y, int64_t z) {
