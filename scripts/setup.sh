@@ -69,4 +69,21 @@ if ! "$py" -c "import pytest, numpy, safetensors, matplotlib, scikit_build_core"
 fi
 command -v "$py" >/dev/null 2>&1 && py="$(command -v "$py")"
 echo "$py" > "$CACHE/python"
+
+# The wwPDB Chemical Component Dictionary as the binary table the loader maps (data/ccd.h):
+# ligands, ions and non-standard residues take their atoms and reference conformers from it.
+# Built once from the CCD in biotite's wheel (a 63 MB file; CC0).
+ccd="$CACHE/ccd/components.mfccd"
+if [ ! -s "$ccd" ]; then
+  if ! "$py" -c "import biotite" >/dev/null 2>&1; then
+    if [ -n "${MEGAFOLD_DEPS_PREFIX:-}" ]; then
+      echo "setup: offline host without biotite; no CCD table (ligands are skipped; set MEGAFOLD_CCD to bring one)"
+    else
+      "$py" -m pip install -q "biotite==1.6.0"
+    fi
+  fi
+  if "$py" -c "import biotite" >/dev/null 2>&1; then
+    "$py" "$(dirname "$0")/../data/reference/make_ccd.py" "$ccd"
+  fi
+fi
 echo "setup: python $("$py" -c 'import sys,torch;print(sys.version.split()[0], "torch", torch.__version__)') at $py"

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Writes data/reference/amino_acids.tsv: per-atom reference features of the 20 standard amino
-acids and UNK from the wwPDB Chemical Component Dictionary (CCD), as shipped in the biotite
-wheel (biotite/structure/info/components.bcif; `pip install biotite==1.6.0`).
+"""Writes data/reference/polymer_residues.tsv: per-atom reference features of the standard
+polymer residues (the 20 amino acids and UNK, RNA A G C U N, DNA DA DG DC DT DN) from the wwPDB
+Chemical Component Dictionary (CCD), as shipped in the biotite wheel
+(biotite/structure/info/components.bcif; `pip install biotite==1.6.0`).
 
-Per heavy atom (hydrogens and the leaving OXT dropped, as in a polymer): element, formal
-charge, and the CCD ideal coordinates (pdbx_model_Cartn_*_ideal, falling back to the model
-coordinates where biotite does), i.e. AF3's reference conformer positions (SI Sec. 2.8).
+Per heavy atom (hydrogens and leaving atoms such as OXT and OP3 dropped, as in a polymer):
+element, formal charge, and the CCD ideal coordinates (pdbx_model_Cartn_*_ideal, falling back
+to the model coordinates where biotite does), i.e. AF3's reference conformer positions (SI
+Sec. 2.8).
 
-usage: python3 data/reference/make_reference.py > data/reference/amino_acids.tsv
+usage: python3 data/reference/make_reference.py > data/reference/polymer_residues.tsv
 """
 import biotite
 import biotite.structure.info as info
 
 RESIDUES = ["ALA", "ARG", "ASN", "ASP", "CYS", "GLN", "GLU", "GLY", "HIS", "ILE", "LEU", "LYS",
-            "MET", "PHE", "PRO", "SER", "THR", "TRP", "TYR", "VAL", "UNK"]
+            "MET", "PHE", "PRO", "SER", "THR", "TRP", "TYR", "VAL", "UNK",
+            "A", "G", "C", "U", "N", "DA", "DG", "DC", "DT", "DN"]
+LEAVING = {"OXT", "OP3"}
 
 
 def main():
@@ -23,7 +27,7 @@ def main():
     for name in RESIDUES:
         res = info.residue(name)
         for atom, element, charge, xyz in zip(res.atom_name, res.element, res.charge, res.coord):
-            if element in ("H", "D") or atom == "OXT":
+            if element in ("H", "D") or atom in LEAVING:
                 continue
             print(f"{name}\t{atom}\t{element}\t{int(charge)}\t{xyz[0]:.3f}\t{xyz[1]:.3f}\t{xyz[2]:.3f}")
 

@@ -47,6 +47,7 @@ int train_main(const std::vector<std::string>& args);
 int predict_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
 int cache_main(const std::vector<std::string>& args);
+int inspect_main(const std::vector<std::string>& args);
 int loader_main(const std::vector<std::string>& args);
 int block_main(const std::vector<std::string>& args);
 int shard_check_main(const std::vector<std::string>& args);

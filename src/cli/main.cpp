@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  export  a checkpoint's weights as safetensors keyed by parameter name, with its config\n"
     "  plot    a run's loss, lDDT and pLDDT curves as a PNG (and TensorBoard scalars)\n"
     "  cache   parse structures (and MSAs) once into a feature cache for training\n"
+    "  inspect what the loader makes of a structure or FASTA file: chains, molecule types, tokens, bonds\n"
     "  fit     train a workload a few steps at one crop and memory mode: step time, peak memory\n"
     "  memory  per-module memory of a training step of the whole model\n"
     "  config  the resolved config of a name or file, with --set applied (show), or the built-in names (list)\n"
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
     if (command == "predict") return megafold::cli::predict_main(args);
     if (command == "eval") return megafold::cli::eval_main(args);
     if (command == "cache") return megafold::cli::cache_main(args);
+    if (command == "inspect") return megafold::cli::inspect_main(args);
     if (command == "dev") return dev_main(args);
     if (command == "fit") return megafold::cli::fit_main(args);
     if (command == "memory") return megafold::cli::memory_main(args);

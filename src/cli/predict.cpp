@@ -51,7 +51,7 @@ int predict_main(const std::vector<std::string>& argv) {
   const data::Entry entry = infer::load_input(input);
   infer::Predictor predictor(checkpoint, po);
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
-  std::cout << "predict: " << entry.name << ", " << entry.n_tokens() << " residues in " << entry.n_chains()
+  std::cout << "predict: " << entry.name << ", " << entry.n_tokens() << " tokens in " << entry.n_chains()
             << " chain(s); " << samples << " sample(s) with " << predictor.config().model.diffusion.sampler_steps
             << " sampler steps on " << predictor.device().str() << " (checkpoint step " << predictor.step() << ")"
             << std::endl;

@@ -73,11 +73,24 @@ class Reader {
     if (n != expected)
       throw Error(origin_ + ": corrupt cache entry (an array holds " + std::to_string(n) + " values, " +
                   std::to_string(expected) + " expected); rebuild it with megafold cache");
-    need(n * sizeof(T));
+    return raw<T>(n);
+  }
+  // An array whose length the file states (checked against the remaining bytes).
+  template <typename T>
+  std::vector<T> raw(uint64_t n) {
+    if (n > static_cast<uint64_t>(end_ - p_) / sizeof(T))
+      throw Error(origin_ + ": truncated cache entry; rebuild it with megafold cache");
     std::vector<T> v(n);
     std::memcpy(v.data(), p_, n * sizeof(T));
     p_ += n * sizeof(T);
     return v;
+  }
+  // The length of the next array without consuming it.
+  uint64_t peek_count() const {
+    need(sizeof(uint64_t));
+    uint64_t n;
+    std::memcpy(&n, p_, sizeof n);
+    return n;
   }
   std::string str() {
     const uint64_t n = get<uint64_t>();
@@ -111,6 +124,10 @@ uint32_t crc_of(const unsigned char* p, size_t n) {
 
 std::string entry_file_name(const std::string& name) { return name + ".mfe"; }
 
+// Atom slots token i stores: its residue's layout, or slot 0 of a per-atom token. Entry files
+// keep only these (a protein token averages ~8 of the 24 slots).
+int stored_slots(const Entry& e, int i) { return e.per_atom(i) ? 1 : atom_count(e.restype[i]); }
+
 int64_t msa_rows(const Entry& e) {
   int64_t rows = 0;
   for (const Msa& m : e.msas) rows += m.depth;
@@ -128,14 +145,31 @@ std::string encode_entry(const Entry& e) {
   w.put<uint64_t>(n);
   w.put<uint64_t>(chains);
   w.put(e.restype);
+  w.put(e.mol_type);
   w.put(e.residue_index);
   w.put(e.author_index);
   w.put(std::vector<char>(e.insertion_codes.begin(), e.insertion_codes.end()));
   w.put(e.asym_id);
   w.put(e.entity_id);
   w.put(e.sym_id);
-  w.put(e.coords);
-  w.put(e.atom_mask);
+  std::vector<float> coords;
+  std::vector<uint8_t> mask;
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    const size_t k = static_cast<size_t>(i) * kMaxAtomsPerToken;
+    const int slots = stored_slots(e, i);
+    coords.insert(coords.end(), e.coords.begin() + 3 * k, e.coords.begin() + 3 * (k + slots));
+    mask.insert(mask.end(), e.atom_mask.begin() + k, e.atom_mask.begin() + k + slots);
+  }
+  w.put(coords);
+  w.put(mask);
+  w.put(e.component);
+  w.put<uint64_t>(e.components.size());
+  for (const std::string& c : e.components) w.put(c);
+  std::vector<TokenAtom> atoms;  // of the per-atom tokens only
+  for (int i = 0; i < e.n_tokens(); ++i)
+    if (e.per_atom(i)) atoms.push_back(e.token_atoms[i]);
+  w.put(atoms);
+  w.put(e.bonds);
   for (const std::string& c : e.chain_ids) w.put(c);
   w.put<uint64_t>(e.msas.size());
   for (const Msa& m : e.msas) {
@@ -181,6 +215,7 @@ Entry decode_entry(const unsigned char* data, size_t size, const std::string& or
   e.path = r.str();
   const auto n = r.get<uint64_t>(), chains = r.get<uint64_t>();
   e.restype = r.vec<int8_t>(n);
+  e.mol_type = r.vec<int8_t>(n);
   e.residue_index = r.vec<int32_t>(n);
   e.author_index = r.vec<int32_t>(n);
   const auto icodes = r.vec<char>(n);
@@ -188,8 +223,36 @@ Entry decode_entry(const unsigned char* data, size_t size, const std::string& or
   e.asym_id = r.vec<int32_t>(n);
   e.entity_id = r.vec<int32_t>(n);
   e.sym_id = r.vec<int32_t>(n);
-  e.coords = r.vec<float>(n * kMaxAtomsPerToken * 3);
-  e.atom_mask = r.vec<uint8_t>(n * kMaxAtomsPerToken);
+  const uint64_t n_coords = r.get<uint64_t>();
+  const std::vector<float> coords = r.raw<float>(n_coords);
+  const std::vector<uint8_t> mask = r.vec<uint8_t>(n_coords / 3);
+  e.component = r.vec<int32_t>(n);
+  const auto n_components = r.get<uint64_t>();
+  for (uint64_t c = 0; c < n_components; ++c) e.components.push_back(r.str());
+  int64_t per_atom = 0;
+  for (const int32_t c : e.component) {
+    if (c >= static_cast<int64_t>(n_components)) throw Error(origin + ": corrupt cache entry (component index)");
+    per_atom += c >= 0;
+  }
+  const std::vector<TokenAtom> atoms = r.vec<TokenAtom>(per_atom);
+  e.bonds = r.vec<std::array<int32_t, 2>>(r.peek_count());
+  for (const auto& b : e.bonds)
+    if (b[0] < 0 || b[1] >= static_cast<int64_t>(n) || b[0] >= b[1]) throw Error(origin + ": corrupt cache entry (bond)");
+  // Back to the dense layout.
+  e.coords.assign(n * kMaxAtomsPerToken * 3, 0.f);
+  e.atom_mask.assign(n * kMaxAtomsPerToken, 0);
+  e.token_atoms.assign(n, TokenAtom{});
+  size_t at = 0, next_atom = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (e.restype[i] < 0 || e.restype[i] >= kNumResidueTypes) throw Error(origin + ": corrupt cache entry (token type)");
+    const int slots = stored_slots(e, static_cast<int>(i));
+    if (3 * (at + slots) > coords.size()) throw Error(origin + ": corrupt cache entry (atom count)");
+    std::copy_n(coords.begin() + 3 * at, 3 * slots, e.coords.begin() + 3 * i * kMaxAtomsPerToken);
+    std::copy_n(mask.begin() + at, slots, e.atom_mask.begin() + i * kMaxAtomsPerToken);
+    if (e.per_atom(static_cast<int>(i))) e.token_atoms[i] = atoms[next_atom++];
+    at += slots;
+  }
+  if (3 * at != coords.size()) throw Error(origin + ": corrupt cache entry (atom count)");
   for (uint64_t c = 0; c < chains; ++c) e.chain_ids.push_back(r.str());
   const auto msas = r.get<uint64_t>();
   if (msas != 0 && msas != chains) throw Error(origin + ": corrupt cache entry (MSA count)");
@@ -264,6 +327,8 @@ void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>&
   if (msa_dir.empty()) return;
   e.msas.assign(e.n_chains(), Msa{});
   for (int c = 0; c < e.n_chains(); ++c) {
+    const MolType mol = e.chain_mol_type(c);
+    if (mol != MolType::kProtein && mol != MolType::kRna) continue;  // DNA and ligands: single sequence
     fs::path file = fs::path(msa_dir) / (e.name + "_" + e.chain_ids[c] + ".a3m");
     if (!fs::exists(file)) file += ".gz";
     if (!fs::exists(file)) continue;
@@ -271,12 +336,13 @@ void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>&
       warnings.push_back("MSA not used: " + file.string() + " is not a regular file");
       continue;
     }
-    std::vector<int8_t> seq;
+    std::vector<int8_t> seq;  // per residue
     std::vector<int32_t> index;
     for (int i = 0; i < e.n_tokens(); ++i)
-      if (e.asym_id[i] == c) seq.push_back(e.restype[i]), index.push_back(e.residue_index[i]);
+      if (e.asym_id[i] == c && (index.empty() || e.residue_index[i] != index.back()))
+        seq.push_back(e.restype[i]), index.push_back(e.residue_index[i]);
     try {
-      e.msas[c] = msa_for_chain(load_a3m(file.string()), seq, index, file.string());
+      e.msas[c] = msa_for_chain(load_a3m(file.string(), mol), seq, index, file.string());
     } catch (const std::exception& ex) {
       warnings.push_back(std::string("MSA not used: ") + ex.what());
     }

@@ -2,7 +2,9 @@
 // The ahead-of-time feature cache: every deterministic part of an entry (tokens, numbering,
 // chains and entities, coordinates and masks, per-chain MSAs mapped onto the chain's residues)
 // parsed once and stored as one binary file per entry, read back by memory mapping without any
-// parsing. Reference-atom features are not stored: they are a table lookup by token type.
+// parsing. Reference features of standard residues are not stored (a table lookup by token
+// type); those of per-atom tokens (ligands, ions, non-standard residues) are. Coordinates are
+// stored for the atom slots each token has (its residue's layout, or one), not all 24.
 //
 // Layout of a cache directory:
 //   index.tsv         one line per entry, in the order of the input paths (as load_dataset reads
@@ -23,7 +25,7 @@
 
 namespace megafold::data {
 
-inline constexpr uint32_t kCacheVersion = 2;  // 2: MSA profiles stored
+inline constexpr uint32_t kCacheVersion = 3;  // 2: MSA profiles; 3: all molecule types
 
 // Serialises an entry (deterministic: the same entry gives the same bytes).
 std::string encode_entry(const Entry& e);

@@ -20,16 +20,41 @@ int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 // Uniform double in [0, 1) from the generator's top 53 bits.
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
-bool has_ca(const Entry& e, int i) { return e.atom_mask[static_cast<size_t>(i) * kMaxAtomsPerToken + kAtomCA] != 0; }
+size_t centre(const Entry& e, int i) { return static_cast<size_t>(i) * kMaxAtomsPerToken + e.centre_slot(i); }
 
-double ca_distance2(const Entry& e, int i, int j) {
+bool has_centre(const Entry& e, int i) { return e.atom_mask[centre(e, i)] != 0; }
+
+double centre_distance2(const Entry& e, int i, int j) {
   double d2 = 0;
   for (int k = 0; k < 3; ++k) {
-    const double d = e.coords[(static_cast<size_t>(i) * kMaxAtomsPerToken + kAtomCA) * 3 + k] -
-                     e.coords[(static_cast<size_t>(j) * kMaxAtomsPerToken + kAtomCA) * 3 + k];
+    const double d = e.coords[centre(e, i) * 3 + k] - e.coords[centre(e, j) * 3 + k];
     d2 += d * d;
   }
   return d2;
+}
+
+// First token of the unit each token belongs to: a per-atom residue (ligand, ion, non-standard
+// residue) is one unit that a crop takes whole or not at all; any other token is its own.
+std::vector<int32_t> unit_starts(const Entry& e) {
+  std::vector<int32_t> start(e.n_tokens());
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    const bool joins = i > 0 && e.per_atom(i) && e.per_atom(i - 1) && e.asym_id[i] == e.asym_id[i - 1] &&
+                       e.residue_index[i] == e.residue_index[i - 1];
+    start[i] = joins ? start[i - 1] : i;
+  }
+  return start;
+}
+
+// Tokens of `keep` (sorted) whose units are complete in it.
+std::vector<int32_t> whole_units(const Entry& e, const std::vector<int32_t>& keep) {
+  const std::vector<int32_t> start = unit_starts(e);
+  std::vector<int32_t> size(e.n_tokens(), 0), kept(e.n_tokens(), 0);
+  for (int i = 0; i < e.n_tokens(); ++i) ++size[start[i]];
+  for (const int32_t i : keep) ++kept[start[i]];
+  std::vector<int32_t> out;
+  for (const int32_t i : keep)
+    if (kept[start[i]] == size[start[i]]) out.push_back(i);
+  return out;
 }
 
 }  // namespace
@@ -63,7 +88,7 @@ std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t see
     n_added += size;
   }
   std::sort(keep.begin(), keep.end());
-  return keep;
+  return whole_units(e, keep);  // a span's edge may cut a ligand: its part is left out
 }
 
 std::vector<bool> interface_tokens(const Entry& e, double radius) {
@@ -71,9 +96,9 @@ std::vector<bool> interface_tokens(const Entry& e, double radius) {
   std::vector<bool> out(n, false);
   const double r2 = radius * radius;
   for (int i = 0; i < n; ++i) {
-    if (!has_ca(e, i)) continue;
+    if (!has_centre(e, i)) continue;
     for (int j = 0; j < n && !out[i]; ++j)
-      if (e.asym_id[j] != e.asym_id[i] && has_ca(e, j) && ca_distance2(e, i, j) < r2) out[i] = true;
+      if (e.asym_id[j] != e.asym_id[i] && has_centre(e, j) && centre_distance2(e, i, j) < r2) out[i] = true;
   }
   return out;
 }
@@ -89,16 +114,28 @@ std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, 
   }
   if (centres.empty())
     for (int i = 0; i < n; ++i)
-      if (has_ca(e, i)) centres.push_back(i);
+      if (has_centre(e, i)) centres.push_back(i);
   if (centres.empty()) return contiguous_crop(e, crop_size, seed);  // nothing resolved to measure from
   std::mt19937_64 rng(seed);
   const int c = centres[uniform_int(rng, 0, static_cast<int64_t>(centres.size()) - 1)];
   std::vector<std::pair<double, int32_t>> by_distance;
   for (int i = 0; i < n; ++i)
-    by_distance.emplace_back(has_ca(e, i) ? ca_distance2(e, c, i) : INFINITY, i);
-  std::partial_sort(by_distance.begin(), by_distance.begin() + crop_size, by_distance.end());
+    by_distance.emplace_back(has_centre(e, i) ? centre_distance2(e, c, i) : INFINITY, i);
+  std::sort(by_distance.begin(), by_distance.end());
+  // Nearest first, a per-atom residue as a whole when it still fits.
+  const std::vector<int32_t> start = unit_starts(e);
+  std::vector<bool> taken(n, false);
   std::vector<int32_t> keep;
-  for (int k = 0; k < crop_size; ++k) keep.push_back(by_distance[k].second);
+  for (const auto& [d2, i] : by_distance) {
+    if (static_cast<int>(keep.size()) == crop_size) break;
+    const int32_t s0 = start[i];
+    if (taken[s0]) continue;
+    int32_t end = s0 + 1;
+    while (end < n && start[end] == s0) ++end;
+    if (static_cast<int>(keep.size()) + (end - s0) > crop_size) continue;
+    taken[s0] = true;
+    for (int32_t k = s0; k < end; ++k) keep.push_back(k);
+  }
   std::sort(keep.begin(), keep.end());
   return keep;
 }

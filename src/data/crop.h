@@ -10,19 +10,24 @@
 
 namespace megafold::data {
 
+// Every crop keeps a per-atom residue (ligand, ion, non-standard residue) whole or leaves it
+// out; distances are between token centre atoms (CA, C1', the atom of a per-atom token).
+
 // Token indices (sorted) of a contiguous crop of at most crop_size tokens
 // (AF-Multimer SI Alg. 1: chains in random order, each gets a random contiguous span within
-// the budget left). Returns all tokens when the entry fits. Deterministic in `seed`.
+// the budget left; a ligand cut by a span's edge is left out). Returns all tokens when the
+// entry fits. Deterministic in `seed`.
 std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed);
 
-// Spatial crop (AF-Multimer SI Alg. 2): the crop_size tokens nearest, by C-alpha distance, to a
-// random token with a resolved C-alpha; tokens without one are taken last. With `interface`
-// (Alg. 3) the centre is drawn among interface tokens (a C-alpha of another chain within
-// 15 A); an entry without an interface falls back to a plain spatial crop. Ties in distance
-// go to the lower token index. Sorted indices; all tokens when the entry fits.
+// Spatial crop (AF-Multimer SI Alg. 2, AF3 SI Sec. 2.7.2): the tokens nearest, by centre-atom
+// distance, to a random token with a resolved centre atom, up to crop_size (a per-atom residue
+// that no longer fits is passed over); tokens without a centre atom are taken last. With
+// `interface` (Alg. 3) the centre is drawn among interface tokens (a centre atom of another
+// chain within 15 A); an entry without an interface falls back to a plain spatial crop. Ties
+// in distance go to the lower token index. Sorted indices; all tokens when the entry fits.
 std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, bool interface);
 
-// The resolved C-alpha tokens of another chain within `radius` of each token's C-alpha.
+// Whether a resolved centre atom of another chain lies within `radius` of each token's.
 std::vector<bool> interface_tokens(const Entry& e, double radius = 15.0);
 
 struct CropWeights {  // AF3: 0.2 / 0.4 / 0.4 (AF3 SI Table 4 for most sets)

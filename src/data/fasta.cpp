@@ -77,6 +77,7 @@ Entry load_fasta(const std::string& path) {
   close_record();
   e.coords.assign(static_cast<size_t>(e.n_tokens()) * kMaxAtomsPerToken * 3, 0.f);
   e.atom_mask.assign(static_cast<size_t>(e.n_tokens()) * kMaxAtomsPerToken, 0);
+  e.fill_residue_defaults();
   assign_entities(e);
   return e;
 }

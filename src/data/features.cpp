@@ -1,5 +1,6 @@
 #include "data/features.h"
 
+#include <ATen/ops/arange.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
@@ -20,7 +21,7 @@ ReferenceFeatures reference_features(const at::Tensor& restype) {
     std::vector<float> pos(T * A * 3, 0.f), charge(T * A, 0.f), mask(T * A, 0.f);
     std::vector<int64_t> element(T * A, 0), chars(T * A * 4, 0);
     const ReferenceTable& ref = reference_atoms();
-    for (int t = 0; t <= kUnknownAminoAcid; ++t)
+    for (int t = 0; t < kNumResidueTypes; ++t)
       for (int a = 0; a < A; ++a) {
         const ReferenceAtom& r = ref[t][a];
         const int k = t * A + a;
@@ -48,8 +49,49 @@ ReferenceFeatures reference_features(const at::Tensor& restype) {
     for (int64_t d = 1; d < table.dim(); ++d) shape.push_back(table.size(d));
     return g.view(shape);
   };
-  return {gather(tables[0]), gather(tables[1]), gather(tables[2]), gather(tables[3]), gather(tables[4])};
+  const at::Tensor uid = at::arange(restype.numel(), restype.options()).view(restype.sizes());
+  return {gather(tables[0]), gather(tables[1]), gather(tables[2]), gather(tables[3]), gather(tables[4]), uid};
 }
+
+namespace {
+
+// reference_features of the token types, then per-atom tokens' own atoms and the shared
+// conformer ids of per-atom residues.
+ReferenceFeatures batch_reference_features(const std::vector<const Entry*>& entries,
+                                           const std::vector<std::vector<int32_t>>& sels, const at::Tensor& restype) {
+  ReferenceFeatures f = reference_features(restype);
+  auto pos = f.pos.accessor<float, 4>();
+  auto element = f.element.accessor<int64_t, 3>();
+  auto charge = f.charge.accessor<float, 3>();
+  auto mask = f.mask.accessor<float, 3>();
+  auto chars = f.name_chars.accessor<int64_t, 4>();
+  auto uid = f.space_uid.accessor<int64_t, 2>();
+  for (size_t b = 0; b < entries.size(); ++b) {
+    const Entry& e = *entries[b];
+    const std::vector<int32_t>& sel = sels[b];
+    int64_t next_uid = 0;
+    for (size_t i = 0; i < sel.size(); ++i) {
+      const int t = sel[i];
+      const bool shares = i > 0 && e.per_atom(t) && e.per_atom(sel[i - 1]) && e.asym_id[t] == e.asym_id[sel[i - 1]] &&
+                          e.residue_index[t] == e.residue_index[sel[i - 1]];
+      uid[b][i] = shares ? next_uid - 1 : next_uid++;
+      if (!e.per_atom(t)) continue;
+      const TokenAtom& a = e.token_atoms[t];
+      for (int s = 0; s < kMaxAtomsPerToken; ++s) {
+        element[b][i][s] = s == 0 ? a.element : 0;
+        charge[b][i][s] = s == 0 ? a.charge : 0.f;
+        mask[b][i][s] = s == 0 ? 1.f : 0.f;
+        for (int x = 0; x < 3; ++x) pos[b][i][s][x] = s == 0 ? a.ref_pos[x] : 0.f;
+        const std::string_view name = s == 0 ? a.atom_name() : std::string_view();
+        for (size_t c = 0; c < 4; ++c) chars[b][i][s][c] = c < name.size() ? (name[c] - 32) & 63 : 0;
+      }
+    }
+    for (int64_t i = static_cast<int64_t>(sel.size()); i < restype.size(1); ++i) uid[b][i] = next_uid++;
+  }
+  return f;
+}
+
+}  // namespace
 
 std::vector<int32_t> all_tokens(const Entry& e) {
   std::vector<int32_t> all(e.n_tokens());
@@ -61,11 +103,17 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
   Entry out = e;
   out.restype.clear(), out.residue_index.clear(), out.author_index.clear(), out.insertion_codes.clear();
   out.asym_id.clear(), out.entity_id.clear(), out.sym_id.clear(), out.coords.clear(), out.atom_mask.clear();
+  out.mol_type.clear(), out.component.clear(), out.token_atoms.clear(), out.bonds.clear();
   const bool author = e.author_index.size() == e.restype.size();
+  std::vector<int32_t> new_index(e.n_tokens(), -1);
   for (const int32_t i : tokens) {
     MF_CHECK(i >= 0 && i < e.n_tokens(), "select_tokens: token ", i, " is outside ", e.name, " (", e.n_tokens(),
              " tokens)");
+    new_index[i] = out.n_tokens();
     out.restype.push_back(e.restype[i]);
+    out.mol_type.push_back(e.mol_type[i]);
+    out.component.push_back(e.component[i]);
+    out.token_atoms.push_back(e.token_atoms[i]);
     out.residue_index.push_back(e.residue_index[i]);
     if (author) {
       out.author_index.push_back(e.author_index[i]);
@@ -78,11 +126,16 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
     out.coords.insert(out.coords.end(), e.coords.begin() + 3 * a, e.coords.begin() + 3 * (a + kMaxAtomsPerToken));
     out.atom_mask.insert(out.atom_mask.end(), e.atom_mask.begin() + a, e.atom_mask.begin() + a + kMaxAtomsPerToken);
   }
+  for (const auto& [i, j] : e.bonds)
+    if (new_index[i] >= 0 && new_index[j] >= 0)
+      out.bonds.push_back({std::min(new_index[i], new_index[j]), std::max(new_index[i], new_index[j])});
+  std::sort(out.bonds.begin(), out.bonds.end());
   if (!e.msas.empty()) {
-    // Each chain's MSA keeps the columns of its kept tokens.
+    // Each chain's MSA keeps the columns of its kept residues.
     const std::vector<int64_t> column = chain_columns(e);
     std::vector<std::vector<int64_t>> kept(e.n_chains());
-    for (const int32_t i : tokens) kept[e.asym_id[i]].push_back(column[i]);
+    for (const int32_t i : tokens)
+      if (kept[e.asym_id[i]].empty() || kept[e.asym_id[i]].back() != column[i]) kept[e.asym_id[i]].push_back(column[i]);
     for (int c = 0; c < e.n_chains(); ++c)
       if (e.msas[c].depth > 0) out.msas[c] = msa_columns(e.msas[c], kept[c]);
   }
@@ -90,8 +143,11 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
 }
 
 std::vector<at::Tensor*> Batch::tensors() {
-  return {&restype,  &residue_index, &asym_id,  &entity_id,    &sym_id,   &token_mask, &atom_coords,  &atom_mask,
-          &rep_coords, &rep_mask,    &msa,      &msa_deletion, &msa_mask, &profile,    &deletion_mean};
+  return {&restype,      &mol_type,   &residue_index, &token_index,  &asym_id,     &entity_id,      &sym_id,
+          &token_mask,   &token_bonds, &atom_coords,  &atom_mask,    &rep_coords,  &rep_mask,       &rep_slot,
+          &centre_slot,  &centre_mask, &ref.pos,
+          &ref.element,  &ref.charge, &ref.mask,      &ref.name_chars, &ref.space_uid, &msa,        &msa_deletion,
+          &msa_mask,     &profile,    &deletion_mean};
 }
 
 int64_t Batch::real_tokens() const { return token_mask.sum().item<double>(); }
@@ -132,7 +188,10 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   Batch out;
   out.restype = at::full({B, N}, kGapToken, i64);
+  out.mol_type = at::zeros({B, N}, i64);
   out.residue_index = at::zeros({B, N}, i64);
+  out.token_index = at::zeros({B, N}, i64);
+  out.token_bonds = at::zeros({B, N, N}, at::TensorOptions().dtype(at::kByte));
   out.asym_id = at::zeros({B, N}, i64);
   out.entity_id = at::zeros({B, N}, i64);
   out.sym_id = at::zeros({B, N}, i64);
@@ -141,6 +200,9 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   out.atom_mask = at::zeros({B, N, A}, f32);
   out.rep_coords = at::zeros({B, N, 3}, f32);
   out.rep_mask = at::zeros({B, N}, f32);
+  out.rep_slot = at::zeros({B, N}, i64);
+  out.centre_slot = at::zeros({B, N}, i64);
+  out.centre_mask = at::zeros({B, N}, f32);
 
   std::vector<std::vector<int32_t>> sels(B);
   std::vector<EntryMsa> msas(B);
@@ -157,6 +219,9 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   out.deletion_mean = at::zeros({B, N}, f32);
 
   auto restype = out.restype.accessor<int64_t, 2>();
+  auto moltype = out.mol_type.accessor<int64_t, 2>();
+  auto tokidx = out.token_index.accessor<int64_t, 2>();
+  auto bonds = out.token_bonds.accessor<uint8_t, 3>();
   auto resid = out.residue_index.accessor<int64_t, 2>();
   auto asym = out.asym_id.accessor<int64_t, 2>();
   auto entity = out.entity_id.accessor<int64_t, 2>();
@@ -166,6 +231,9 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   auto amask = out.atom_mask.accessor<float, 3>();
   auto rep = out.rep_coords.accessor<float, 3>();
   auto rmask = out.rep_mask.accessor<float, 2>();
+  auto rslot = out.rep_slot.accessor<int64_t, 2>();
+  auto cslot = out.centre_slot.accessor<int64_t, 2>();
+  auto cmask = out.centre_mask.accessor<float, 2>();
   auto mt = out.msa.accessor<int64_t, 3>();
   auto md = out.msa_deletion.accessor<float, 3>();
   auto mm = out.msa_mask.accessor<float, 3>();
@@ -183,9 +251,15 @@ Batch make_batch(const std::vector<const Entry*>& entries,
       }
     out.profile[b].narrow(0, 0, n).copy_(at::from_blob(const_cast<float*>(m.profile.data()), {n, kNumTokenTypes}, f32));
     out.deletion_mean[b].narrow(0, 0, n).copy_(at::from_blob(const_cast<float*>(m.deletion_mean.data()), {n}, f32));
+    std::vector<int32_t> position(e.n_tokens(), -1);  // entry token -> batch row
+    for (int64_t i = 0; i < n; ++i) position[sel[i]] = static_cast<int32_t>(i);
+    for (const auto& [x, y] : e.bonds)
+      if (position[x] >= 0 && position[y] >= 0) bonds[b][position[x]][position[y]] = bonds[b][position[y]][position[x]] = 1;
     for (int64_t i = 0; i < static_cast<int64_t>(sel.size()); ++i) {
       const int t = sel[i];
       restype[b][i] = e.restype[t];
+      moltype[b][i] = e.mol_type[t];
+      tokidx[b][i] = t;
       resid[b][i] = e.residue_index[t];
       asym[b][i] = e.asym_id[t];
       entity[b][i] = e.entity_id[t];
@@ -195,11 +269,15 @@ Batch make_batch(const std::vector<const Entry*>& entries,
         amask[b][i][a] = e.atom_mask[t * A + a];
         for (int x = 0; x < 3; ++x) xyz[b][i][a][x] = e.coords[(t * A + a) * 3 + x];
       }
-      const int r = representative_atom_slot(e.restype[t]);
+      const int r = e.representative_slot(t), c = e.centre_slot(t);
+      rslot[b][i] = r;
+      cslot[b][i] = c;
+      cmask[b][i] = !e.per_atom(t) && e.atom_mask[t * A + c] ? 1.f : 0.f;
       rmask[b][i] = e.atom_mask[t * A + r];
       for (int x = 0; x < 3; ++x) rep[b][i][x] = e.coords[(t * A + r) * 3 + x];
     }
   }
+  out.ref = batch_reference_features(entries, sels, out.restype);
   return out;
 }
 

@@ -11,18 +11,40 @@
 
 namespace megafold::data {
 
+// AF3 SI Sec. 2.8 reference features of every atom slot: from the token type's CCD ideal
+// conformer for standard residues (data/reference_atoms.h), from the token's own atom for
+// per-atom tokens (Entry::token_atoms).
+struct ReferenceFeatures {
+  at::Tensor pos;      // [B, N, kMaxAtomsPerToken, 3] float, Angstrom, in each conformer's frame
+  at::Tensor element;  // [B, N, kMaxAtomsPerToken] int64 atomic number, 0 where there is no atom
+  at::Tensor charge;   // [B, N, kMaxAtomsPerToken] float formal charge
+  at::Tensor mask;     // [B, N, kMaxAtomsPerToken] float, 1 where the token has the atom
+  at::Tensor name_chars;  // [B, N, kMaxAtomsPerToken, 4] int64: the atom name's characters as
+                          // ASCII - 32 (0..63; 0 pads names shorter than 4), AF3's ref_atom_name_chars
+  at::Tensor space_uid;   // [B, N] int64: tokens sharing one conformer share it (a residue, or
+                          // all atoms of one per-atom residue), AF3's ref_space_uid
+};
+
 // One batch, padded to n_token = crop size (or the longest entry when not cropping).
 struct Batch {
   at::Tensor restype;        // [B, N] int64
+  at::Tensor mol_type;       // [B, N] int64 MolType (padding: protein)
   at::Tensor residue_index;  // [B, N] int64
+  at::Tensor token_index;    // [B, N] int64 token number within the entry (AF3 token_index)
   at::Tensor asym_id;        // [B, N] int64
   at::Tensor entity_id;      // [B, N] int64
   at::Tensor sym_id;         // [B, N] int64
   at::Tensor token_mask;     // [B, N] float, 1 = real token
+  at::Tensor token_bonds;    // [B, N, N] uint8, 1 = bonded (Entry::bonds, both directions)
   at::Tensor atom_coords;    // [B, N, kMaxAtomsPerToken, 3] float, Angstrom
   at::Tensor atom_mask;      // [B, N, kMaxAtomsPerToken] float
-  at::Tensor rep_coords;     // [B, N, 3] distogram atom (CB; CA for glycine)
+  at::Tensor rep_coords;     // [B, N, 3] distogram atom (Entry::representative_slot)
   at::Tensor rep_mask;       // [B, N] float
+  at::Tensor rep_slot;       // [B, N] int64 its slot
+  at::Tensor centre_slot;    // [B, N] int64 slot of the centre atom (Entry::centre_slot)
+  at::Tensor centre_mask;    // [B, N] float, 1 = a polymer residue token with its centre atom
+                             // (CA, C1') resolved: the atoms of C-alpha lDDT and the pLDDT target
+  ReferenceFeatures ref;
   // MSA (data/msa_features.h): S = the most rows of any entry; padding rows and tokens are gaps
   // with mask 0.
   at::Tensor msa;            // [B, S, N] int64 token types
@@ -40,19 +62,9 @@ struct Batch {
   Batch pinned() const;  // the tensors in page-locked host memory (needs CUDA)
 };
 
-// AF3 SI Sec. 2.8 reference features of every atom slot, from each token's type alone
-// (data/reference_atoms.h: CCD ideal conformers).
-struct ReferenceFeatures {
-  at::Tensor pos;      // [B, N, kMaxAtomsPerToken, 3] float, Angstrom, in each residue's CCD frame
-  at::Tensor element;  // [B, N, kMaxAtomsPerToken] int64 atomic number, 0 where there is no atom
-  at::Tensor charge;   // [B, N, kMaxAtomsPerToken] float formal charge
-  at::Tensor mask;     // [B, N, kMaxAtomsPerToken] float, 1 where the token type has the atom
-  at::Tensor name_chars;  // [B, N, kMaxAtomsPerToken, 4] int64: the atom name's characters as
-                          // ASCII - 32 (0..63; 0 pads names shorter than 4), AF3's ref_atom_name_chars
-};
-
-// restype [B, N] int64 (any device) -> features on the same device. Token types without
-// reference atoms (gap, nucleic acids for now) get zero rows.
+// Reference features of standard residue tokens from their types alone, restype [B, N] int64
+// (any device) -> features on the same device (space_uid: one per token). Token types without
+// reference atoms (the gap) get zero rows.
 ReferenceFeatures reference_features(const at::Tensor& restype);
 
 // Every token index of e, in order (the selection of a whole entry).

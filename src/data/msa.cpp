@@ -22,7 +22,20 @@ struct Row {
 
 }  // namespace
 
-Msa parse_a3m(std::string_view text, const std::string& origin) {
+namespace {
+
+// Token type of an aligned a3m letter (upper case) for a chain of type mol; -1 if none.
+int a3m_token(char c, MolType mol) {
+  if (c == '-') return kGapToken;
+  if (mol != MolType::kRna) return amino_acid_of_letter(c);
+  if (c == 'T') c = 'U';
+  const int t = nucleotide_of_letter(MolType::kRna, c);
+  return t >= 0 ? t : (c >= 'A' && c <= 'Z' ? kUnknownRna : -1);
+}
+
+}  // namespace
+
+Msa parse_a3m(std::string_view text, const std::string& origin, MolType mol) {
   std::vector<Row> rows;
   bool in_record = false;
   int line_no = 0;
@@ -60,10 +73,10 @@ Msa parse_a3m(std::string_view text, const std::string& origin) {
         ++r.pending;
         continue;
       }
-      const int t = c == '-' ? kGapToken : amino_acid_of_letter(c);
+      const int t = a3m_token(c, mol);
       if (t < 0)
-        throw Error(where + ":" + std::to_string(k + 1) + ": '" + std::string(1, c) +
-                    "' is not an amino-acid code, '-' or an insertion");
+        throw Error(where + ":" + std::to_string(k + 1) + ": '" + std::string(1, c) + "' is not " +
+                    (mol == MolType::kRna ? "a nucleotide code" : "an amino-acid code") + ", '-' or an insertion");
       r.tokens.push_back(static_cast<int8_t>(t));
       r.deletions.push_back(static_cast<uint8_t>(std::min(r.pending, 255)));
       r.pending = 0;
@@ -81,7 +94,7 @@ Msa parse_a3m(std::string_view text, const std::string& origin) {
   return m;
 }
 
-Msa load_a3m(const std::string& path) {
+Msa load_a3m(const std::string& path, MolType mol) {
   // gzread passes plain files through unchanged, so .a3m and .a3m.gz take the same path.
   const std::unique_ptr<gzFile_s, int (*)(gzFile)> in(gzopen(path.c_str(), "rb"), gzclose);
   if (!in) throw Error(path + ": cannot open MSA file");
@@ -90,7 +103,7 @@ Msa load_a3m(const std::string& path) {
   int n = 0;
   while ((n = gzread(in.get(), buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
   if (n < 0) throw Error(path + ": read error (corrupt or truncated gzip?)");
-  return parse_a3m(text, path);
+  return parse_a3m(text, path, mol);
 }
 
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,

@@ -1,6 +1,6 @@
 #pragma once
-// Multiple sequence alignments of protein chains: a3m parsing and the mapping of an MSA onto
-// the observed residues of a chain.
+// Multiple sequence alignments of protein and RNA chains: a3m parsing and the mapping of an MSA
+// onto the observed residues of a chain.
 //
 // a3m: '>' header lines, then each sequence on one or more lines. Upper-case letters and '-'
 // are aligned columns (the query's columns); lower-case letters are insertions relative to the
@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/residue_constants.h"
 
 namespace megafold::data {
 
@@ -24,17 +26,19 @@ struct Msa {
   std::vector<float> deletion_mean;  // [length]
 };
 
-// Parses a3m text; `origin` names the source in errors ("file:line: problem"). Text without
-// any sequence gives an empty Msa (depth 0): a chain without alignment is single-sequence.
-Msa parse_a3m(std::string_view text, const std::string& origin);
+// Parses a3m text of a chain of type `mol` (protein: one-letter amino-acid codes, X B Z J U O
+// as UNK; RNA: A C G U, T read as U, any other letter as N); `origin` names the source in errors
+// ("file:line: problem"). Text without any sequence gives an empty Msa (depth 0): a chain
+// without alignment is single-sequence.
+Msa parse_a3m(std::string_view text, const std::string& origin, MolType mol = MolType::kProtein);
 
 // Reads and parses an a3m file, plain or gzip-compressed. Throws megafold::Error naming the
 // file.
-Msa load_a3m(const std::string& path);
+Msa load_a3m(const std::string& path, MolType mol = MolType::kProtein);
 
-// The MSA of one chain restricted to that chain's tokens (observed residues), column i of the
-// result being token i of the chain. `sequence` holds the chain's token types and
-// `residue_index` their label_seq_ids. The query must equal the chain's sequence either
+// The MSA of one chain restricted to that chain's observed residues, column i of the result
+// being residue i of the chain (a per-atom residue counts once). `sequence` holds the residues'
+// token types and `residue_index` their label_seq_ids. The query must equal the chain's sequence either
 // column for column, or as the full sequence indexed by residue_index (1-based, gaps of
 // unobserved residues). Throws megafold::Error saying which residue disagrees otherwise. The
 // result carries its profile and deletion means.

@@ -11,7 +11,11 @@ namespace megafold::data {
 std::vector<int64_t> chain_columns(const Entry& e) {
   std::vector<int64_t> column(e.n_tokens());
   std::vector<int64_t> seen(e.n_chains(), 0);
-  for (int t = 0; t < e.n_tokens(); ++t) column[t] = seen[e.asym_id[t]]++;
+  for (int t = 0; t < e.n_tokens(); ++t) {
+    // The tokens of a per-atom residue share its column.
+    const bool same_residue = t > 0 && e.asym_id[t - 1] == e.asym_id[t] && e.residue_index[t - 1] == e.residue_index[t];
+    column[t] = same_residue ? column[t - 1] : seen[e.asym_id[t]]++;
+  }
   return column;
 }
 

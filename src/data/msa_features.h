@@ -25,7 +25,8 @@ struct EntryMsa {
   std::vector<float> deletion_mean;   // [n]
 };
 
-// Column of every token of e within its chain: an MSA's column i is its chain's token i.
+// Column of every token of e within its chain: an MSA's column i is its chain's residue i (the
+// tokens of a per-atom residue share one column).
 std::vector<int64_t> chain_columns(const Entry& e);
 
 // Chains without an MSA (or entries without MSAs) contribute their query row only; their

@@ -5,15 +5,15 @@
 #include <vector>
 
 #include "core/check.h"
+#include "data/elements.h"
 
 namespace megafold::data {
 namespace {
 
-int atomic_number(std::string_view symbol) {
-  static constexpr std::pair<std::string_view, int> kElements[] = {{"C", 6}, {"N", 7}, {"O", 8}, {"S", 16}, {"SE", 34}};
-  for (const auto& [s, z] : kElements)
-    if (s == symbol) return z;
-  return 0;
+int residue_type_of_name(std::string_view name) {
+  for (int t = 0; t < kNumResidueTypes; ++t)
+    if (residue_name(t) == name) return t;
+  return -1;
 }
 
 std::vector<std::string_view> split(std::string_view line, char sep) {
@@ -37,7 +37,7 @@ bool parse_number(std::string_view s, T& out) {
 
 ReferenceTable parse_reference_atoms(std::string_view text, std::string_view source) {
   ReferenceTable table{};
-  std::array<std::array<bool, kMaxAtomsPerToken>, kUnknownAminoAcid + 1> seen{};
+  std::array<std::array<bool, kMaxAtomsPerToken>, kNumResidueTypes> seen{};
   int line_no = 0;
   bool header = false;
   auto fail = [&](const std::string& why) {
@@ -53,8 +53,8 @@ ReferenceTable parse_reference_atoms(std::string_view text, std::string_view sou
       continue;
     }
     if (f.size() != 7) fail("expected 7 tab-separated fields, got " + std::to_string(f.size()));
-    const int t = amino_acid_index(f[0]);
-    if (t < 0 || amino_acid_name(t) != f[0]) fail("unknown residue '" + std::string(f[0]) + "'");
+    const int t = residue_type_of_name(f[0]);
+    if (t < 0) fail("unknown residue '" + std::string(f[0]) + "'");
     const int slot = atom_slot(t, f[1]);
     if (slot < 0) continue;  // not part of the token's slot layout
     if (seen[t][slot]) fail("atom " + std::string(f[1]) + " of " + std::string(f[0]) + " given twice");
@@ -68,15 +68,15 @@ ReferenceTable parse_reference_atoms(std::string_view text, std::string_view sou
   }
   line_no = 0;  // what follows concerns the whole table
   if (!header) fail("no header line");
-  for (int t = 0; t <= kUnknownAminoAcid; ++t)
+  for (int t = 0; t < kNumResidueTypes; ++t)
     for (int s = 0; s < kMaxAtomsPerToken; ++s)
       if (!atom_names(t)[s].empty() && !seen[t][s])
-        fail("no reference atom " + std::string(atom_names(t)[s]) + " for " + std::string(amino_acid_name(t)));
+        fail("no reference atom " + std::string(atom_names(t)[s]) + " for " + std::string(residue_name(t)));
   return table;
 }
 
 const ReferenceTable& reference_atoms() {
-  static const ReferenceTable table = parse_reference_atoms(reference_atoms_tsv(), "data/reference/amino_acids.tsv");
+  static const ReferenceTable table = parse_reference_atoms(reference_atoms_tsv(), "data/reference/polymer_residues.tsv");
   return table;
 }
 

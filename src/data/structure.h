@@ -5,20 +5,33 @@
 //
 // Parsing rules (applied in this order; see data/README.md):
 //  1. The first model only (NMR ensembles have many).
-//  2. Polymer chains whose residues are peptide-linked amino acids become protein chains;
-//     waters, ions, ligands, nucleic-acid chains and hydrogens/deuteriums are dropped
-//     (counted in `dropped`, never fatal).
-//  3. One token per observed residue (residues absent from the model are not tokens; the
-//     gap stays visible in residue_index). Standard amino acids by name, MSE -> MET,
-//     any other peptide-linked residue -> UNK (backbone and CB kept).
+//  2. Chains are gemmi's subchains (mmCIF label_asym_id; one per ligand residue in PDB files):
+//     polymers of L/D amino acids are protein, RNA and DNA polymers nucleic-acid chains (a
+//     DNA/RNA hybrid takes each residue's own type), every other subchain (non-polymers,
+//     branched glycans, other polymers) a ligand chain. Waters, the crystallisation aids of
+//     AF3 SI Table 9 and hydrogens/deuteriums are dropped (counted, never fatal).
+//  3. Tokens (AF3 SI Sec. 2.6): one per standard residue of a polymer (MSE read as MET); one
+//     per heavy atom of every ligand, ion and non-standard polymer residue. Per-atom residues
+//     take their atoms from the CCD (data/ccd.h): its heavy atoms that are not leaving atoms,
+//     plus leaving atoms the file has; unresolved ones are tokens with atom mask 0. A residue
+//     whose code the CCD lacks, or with no resolved atom, is skipped with a warning naming the
+//     file, chain and component. Residues absent from the model are not tokens (the gap stays
+//     visible in residue_index).
 //  4. Altlocs: per atom name, the conformer with the highest occupancy (the first on ties).
 //     Microheterogeneity (two residues at one position): the first residue is kept.
 //  5. residue_index is label_seq_id when present, else the author number, forced to increase
-//     within a chain (insertion codes).
-//  6. Entities: chains with identical sequences share an entity id (AF3 relative position
-//     features); sym_id numbers the copies within an entity.
+//     within a chain (insertion codes); the tokens of a per-atom residue share it.
+//  6. Bonds (AF3 token_bonds): the CCD's bonds inside each per-atom residue, the polymer links
+//     of non-standard residues to their neighbours, and the file's covalent struct_conn / LINK
+//     records that touch a per-atom token; standard-standard bonds (peptide, disulfide) are
+//     not listed. A bond between two resolved atoms farther apart than kMaxBondLength is
+//     dropped.
+//  7. Entities: chains of one molecule type with identical residue sequences share an entity
+//     id (AF3 relative position features); sym_id numbers the copies within an entity.
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/msa.h"
@@ -26,10 +39,25 @@
 
 namespace megafold::data {
 
+// The atom of a per-atom token (ligand, ion or non-standard residue), in slot 0 of the token.
+struct TokenAtom {
+  char name[4] = {};     // CCD atom name, NUL-padded
+  uint8_t element = 0;   // atomic number
+  int8_t charge = 0;     // formal charge
+  uint8_t pad[2] = {};
+  float ref_pos[3] = {};  // reference conformer (CCD ideal coordinates), Angstrom, in the frame
+                          // shared by the residue's atoms
+  std::string_view atom_name() const { return {name, name[3] ? 4u : std::char_traits<char>::length(name)}; }
+};
+static_assert(sizeof(TokenAtom) == 20);
+
+inline constexpr double kMaxBondLength = 2.4;  // Angstrom (AF3 SI Sec. 2.8, token_bonds)
+
 struct Entry {
   std::string name;  // file stem, e.g. "1ubi"
   std::string path;
   std::vector<int8_t> restype;         // [n_token]   token type (residue_constants.h)
+  std::vector<int8_t> mol_type;        // [n_token]   MolType
   std::vector<int32_t> residue_index;  // [n_token]
   std::vector<int32_t> asym_id;        // [n_token]   chain number, 0-based, in file order
   std::vector<int32_t> entity_id;      // [n_token]
@@ -38,31 +66,54 @@ struct Entry {
   std::vector<uint8_t> atom_mask;      // [n_token, kMaxAtomsPerToken]
   std::vector<int32_t> author_index;   // [n_token]   author residue number (auth_seq_id)
   std::string insertion_codes;         // [n_token]   author insertion code, ' ' for none
-  std::vector<std::string> chain_ids;  // [n_chain]   author chain id per asym_id
-  std::vector<Msa> msas;               // [n_chain] or empty: each chain's MSA over its tokens
+  std::vector<int32_t> component;      // [n_token]   per-atom tokens: index into components;
+                                       //             -1 for standard residue tokens
+  std::vector<TokenAtom> token_atoms;  // [n_token]   per-atom tokens' atoms (zero elsewhere)
+  std::vector<std::string> components;  // CCD codes of the per-atom residues, each once
+  std::vector<std::array<int32_t, 2>> bonds;  // token pairs i < j (rule 6), sorted
+  std::vector<std::string> chain_ids;  // [n_chain]   author chain id per asym_id (ligand chains
+                                       //             share their polymer's)
+  std::vector<Msa> msas;               // [n_chain] or empty: each chain's MSA over its residues
                                        // (msa_for_chain); depth 0 = single sequence
-  int dropped_residues = 0;            // waters, ligands, non-protein polymers
+  int dropped_residues = 0;            // waters, crystallisation aids, unusable components
   int dropped_hydrogens = 0;
   // What parsing skipped and why, one line each naming the file (atoms with non-finite or
-  // absurd coordinates). Not stored in the feature cache; callers print them.
+  // absurd coordinates, unknown components). Not stored in the feature cache; callers print them.
   std::vector<std::string> warnings;
 
   int n_tokens() const { return static_cast<int>(restype.size()); }
   int n_chains() const { return static_cast<int>(chain_ids.size()); }
-  std::string sequence(int asym) const;  // one-letter sequence of a chain
+  bool per_atom(int i) const { return component[i] >= 0; }
+  MolType mol(int i) const { return static_cast<MolType>(mol_type[i]); }
+  MolType chain_mol_type(int asym) const;  // of the chain's first token
+  // CCD code of token i's residue ("ALA", "DA", "ATP").
+  std::string_view residue_code(int i) const;
+  // Slots of token i's representative (distogram) and centre (crop) atoms.
+  int representative_slot(int i) const { return per_atom(i) ? 0 : representative_atom_slot(restype[i]); }
+  int centre_slot(int i) const { return per_atom(i) ? 0 : centre_atom_slot(restype[i]); }
+  // One letter per residue of a polymer chain (a per-atom residue counts once, by its
+  // restype); CCD codes joined by '.' for a ligand chain.
+  std::string sequence(int asym) const;
+  // Fills the per-token fields a protein-only builder leaves out: mol_type from restype,
+  // component -1, token_atoms zero (FASTA records, synthetic entries).
+  void fill_residue_defaults();
 };
 
 // Parses an mmCIF or PDB file (optionally .gz). Throws megafold::Error whose message names
-// the file and what is wrong (unreadable, truncated, not a structure, no protein chain).
+// the file and what is wrong (unreadable, truncated, not a structure, nothing usable in it).
 // Atoms whose coordinates are not finite or lie beyond kMaxCoordinate Angstrom of the origin
 // in any axis (placeholders such as 99999, overflowed fields) are skipped, each named in
 // Entry::warnings (the first kMaxCoordinateWarnings, then a count); a residue left without
 // atoms is no token, and an entry left without tokens is rejected.
 inline constexpr double kMaxCoordinate = 9999.0;
 inline constexpr int kMaxCoordinateWarnings = 5;
+// Ligands and non-standard residues take their atoms from `ccd` (rule 3); load_entry(path)
+// uses default_ccd(), and without a table skips them with one warning.
+class Ccd;
 Entry load_entry(const std::string& path);
+Entry load_entry(const std::string& path, const Ccd* ccd);
 
-// Rule 8 on a filled entry: entity_id and sym_id from the chains' sequences.
+// Rule 7 on a filled entry: entity_id and sym_id from the chains' molecule types and sequences.
 void assign_entities(Entry& e);
 
 // Reads a protein FASTA file: one chain per record (chain ids A, B, ... in file order),
@@ -74,10 +125,12 @@ Entry load_fasta(const std::string& path);
 // True for .fasta .fa .faa .fas file names.
 bool is_fasta_file(const std::string& path);
 
-// Writes entry `e` as mmCIF (gemmi; one model): chains named e.chain_ids, residues numbered
-// residue_index (label_seq_id) and author_index with insertion_codes (auth_seq_id; residue_index
-// when the entry has no author numbering), so load_entry reads the same numbers back; the
-// heavy atoms of the dense layout that atom_mask marks. coords: [n_token *
+// Writes entry `e` as mmCIF (gemmi; one model): author chains e.chain_ids, one label_asym_id per
+// chain (A, B, ..., AA, ...), polymer residues numbered residue_index (label_seq_id) and
+// author_index with insertion_codes (auth_seq_id; residue_index when the entry has no author
+// numbering), so load_entry reads the same numbers back; ligands and non-standard residues as
+// HETATM records named by their CCD codes, atoms as in the CCD; the heavy atoms that atom_mask
+// marks. coords: [n_token *
 // kMaxAtomsPerToken * 3] Angstrom to write instead of e.coords (a prediction; empty = e.coords);
 // b_factors: [n_token * kMaxAtomsPerToken] for the B-factor column (pLDDT; empty = 0).
 // Written atomically. Throws megafold::Error naming the path on a size mismatch or I/O error.

@@ -93,7 +93,8 @@ std::vector<uint8_t> predicted_atom_mask(const data::Entry& e) {
   std::vector<uint8_t> mask(static_cast<size_t>(e.n_tokens()) * data::kMaxAtomsPerToken, 0);
   for (int i = 0; i < e.n_tokens(); ++i)
     for (int a = 0; a < data::kMaxAtomsPerToken; ++a)
-      mask[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a] = ref[e.restype[i]][a].element > 0 ? 1 : 0;
+      mask[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a] =
+          e.per_atom(i) ? a == 0 : ref[e.restype[i]][a].element > 0 ? 1 : 0;
   return mask;
 }
 

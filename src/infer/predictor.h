@@ -53,7 +53,7 @@ class Predictor {
   model::MegaFold model_{nullptr};
 };
 
-// Atom slots a prediction has: every heavy atom of each token's residue type
+// Atom slots a prediction has: every heavy atom of each residue token's type, slot 0 of a per-atom token
 // ([n_token * kMaxAtomsPerToken], the layout of Entry::atom_mask).
 std::vector<uint8_t> predicted_atom_mask(const data::Entry& e);
 

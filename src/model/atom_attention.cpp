@@ -124,13 +124,16 @@ AtomAttentionEncoderImpl::AtomAttentionEncoderImpl(const DiffusionConfig& cfg, i
   w_d_ = register_parameter("w_d", lecun_normal(cp, 3));
   w_inv_ = register_parameter("w_inv", lecun_normal(cp, 1));
   w_v_ = register_parameter("w_v", lecun_normal(cp, 1));
-  ln_s_w_ = register_parameter("ln_s_weight", ones(c_s));
-  ln_s_b_ = register_parameter("ln_s_bias", zeros(c_s));
-  w_s_ = register_parameter("w_s", lecun_normal(ca, c_s));
-  ln_z_w_ = register_parameter("ln_z_weight", ones(c_z));
-  ln_z_b_ = register_parameter("ln_z_bias", zeros(c_z));
-  w_z_ = register_parameter("w_z", lecun_normal(cp, c_z));
-  w_r_ = register_parameter("w_r", lecun_normal(ca, 3));
+  MF_CHECK((c_s > 0) == (c_z > 0), "AtomAttentionEncoder: c_s and c_z are both > 0 (diffusion) or both 0 (input)");
+  if (c_s > 0) {  // the diffusion module's encoder: trunk conditioning and noisy positions
+    ln_s_w_ = register_parameter("ln_s_weight", ones(c_s));
+    ln_s_b_ = register_parameter("ln_s_bias", zeros(c_s));
+    w_s_ = register_parameter("w_s", lecun_normal(ca, c_s));
+    ln_z_w_ = register_parameter("ln_z_weight", ones(c_z));
+    ln_z_b_ = register_parameter("ln_z_bias", zeros(c_z));
+    w_z_ = register_parameter("w_z", lecun_normal(cp, c_z));
+    w_r_ = register_parameter("w_r", lecun_normal(ca, 3));
+  }
   w_cl_ = register_parameter("w_cl", lecun_normal(cp, ca));
   w_cm_ = register_parameter("w_cm", lecun_normal(cp, ca));
   w_mlp1_ = register_parameter("w_mlp1", lecun_normal(cp, cp));
@@ -152,17 +155,22 @@ AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatur
                                    at::one_hot(ref.name_chars, kCharClasses).flatten(-2).to(opts)},
                                   -1);
   at::Tensor c = at::linear(feat.view({B, A, kAtomFeatures}), w_feat_);  // [B, A, c_atom]
-  // Lines 2-6: pair features inside the windows, only between atoms of one token (one
-  // reference conformer).
+  // Lines 2-6: pair features inside the windows, only between atoms of one reference conformer
+  // (ref_space_uid: a residue token's atoms, or all atoms of one ligand residue).
   const at::Tensor pos = ref.pos.to(opts).view({B, A, 3});
   const at::Tensor d = w.queries(pos).unsqueeze(3) - w.keys_of(pos).unsqueeze(2);  // [B, bl, 32, 128, 3]
   const auto i64 = at::TensorOptions().dtype(at::kLong).device(pos.device());
   const at::Tensor tok_q = at::floor_divide(at::arange(w.blocks * AtomWindows::kQueries, i64), kMaxAtomsPerToken)
                                .clamp_max(N - 1).view({w.blocks, AtomWindows::kQueries});
   const at::Tensor tok_k = at::floor_divide(w.keys, kMaxAtomsPerToken);  // [bl, 128]
-  const at::Tensor same = ((tok_q.unsqueeze(2) == tok_k.unsqueeze(1)) & w.valid.unsqueeze(1)).to(opts).unsqueeze(-1);
+  const at::Tensor uid = to_atoms(ref.space_uid.to(pos.device()).unsqueeze(-1)).squeeze(-1);  // [B, A]
+  const at::Tensor same = ((w.queries(uid).unsqueeze(3) == w.keys_of(uid).unsqueeze(2)) & w.valid.unsqueeze(1))
+                              .to(opts)
+                              .unsqueeze(-1);  // [B, bl, 32, 128, 1]
   at::Tensor p = (at::linear(d, w_d_) + at::linear(1 / (1 + d.pow(2).sum(-1, true)), w_inv_) + at::linear(same, w_v_)) *
                  same;  // [B, bl, 32, 128, c_atompair]
+  MF_CHECK(s_trunk.defined() == w_s_.defined(), "AtomAttentionEncoder: the trunk's s and z are given exactly to the "
+           "diffusion module's encoder");
   if (s_trunk.defined()) {  // lines 9-11: the trunk's conditioning
     c = c + to_atoms(at::linear(at::layer_norm(s_trunk, {s_trunk.size(-1)}, ln_s_w_, ln_s_b_), w_s_));
     const at::Tensor zp = at::linear(at::layer_norm(z, {z.size(-1)}, ln_z_w_, ln_z_b_), w_z_);  // [B, N, N, cp]
@@ -181,6 +189,8 @@ AtomEncoding AtomAttentionEncoderImpl::forward(const at::Tensor& c, const std::v
            "AtomAttentionEncoder: atom_mask must be [R, A] = [", R, ", ", A, "], got ", atom_mask.sizes());
   const auto opts = c.options();
   // Line 8: the noisy positions.
+  MF_CHECK(r.defined() == w_r_.defined(), "AtomAttentionEncoder: noisy positions are given exactly to the diffusion "
+           "module's encoder");
   const at::Tensor q = transformer_(r.defined() ? c + at::linear(r, w_r_) : c, c, biases, atom_mask, w);
   // Line 15: mean over each token's atoms.
   const at::Tensor m = atom_mask.to(opts).view({R, N, kMaxAtomsPerToken, 1});

@@ -83,7 +83,9 @@ struct AtomConditioning {
 // AF3 SI Alg. 5, in two parts.
 class AtomAttentionEncoderImpl : public torch::nn::Module {
  public:
-  // recompute_blocks: of its atom transformer (see DiffusionTransformer).
+  // recompute_blocks: of its atom transformer (see DiffusionTransformer). c_s, c_z: the trunk's
+  // widths for the diffusion module's encoder; both 0 for the input embedder's (Alg. 2), which
+  // sees neither the trunk nor positions.
   AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z, bool recompute_blocks = false);
   // ref: reference features of the tokens; s_trunk [B, N, c_s] and z [B, N, N, c_z] both given
   // (diffusion) or both undefined (the trunk's input embedder use).

@@ -41,7 +41,7 @@ at::Tensor ConfidenceHeadImpl::forward(const data::Batch& batch, const at::Tenso
   // AF3 Alg. 31 lines 1-4, with gradients stopped at the trunk and the structure.
   const at::Tensor si = s_inputs.detach();
   at::Tensor z = z_trunk.detach() + at::linear(si, w_z_i_).unsqueeze(2) + at::linear(si, w_z_j_).unsqueeze(1);
-  const at::Tensor rep = representative_atoms(x_pred.detach().to(at::kFloat), batch.restype);
+  const at::Tensor rep = slot_atoms(x_pred.detach().to(at::kFloat), batch.rep_slot);
   const at::Tensor bins = distogram_bins(rep, cfg_.distance_bins, cfg_.distance_min, cfg_.distance_max);
   z = z + at::linear(at::one_hot(bins, cfg_.distance_bins).to(w_dist_.scalar_type()), w_dist_);
   const at::Tensor token_mask = batch.token_mask;
@@ -52,16 +52,10 @@ at::Tensor ConfidenceHeadImpl::forward(const data::Batch& batch, const at::Tenso
   return logits.reshape({B, N * kMaxAtomsPerToken, cfg_.plddt_bins});
 }
 
-at::Tensor representative_atoms(const at::Tensor& x, const at::Tensor& restype) {
-  static const at::Tensor slots = [] {
-    std::vector<int64_t> v(data::kNumTokenTypes);
-    for (int t = 0; t < data::kNumTokenTypes; ++t)
-      v[t] = t <= data::kUnknownAminoAcid ? data::representative_atom_slot(t) : data::kAtomCA;
-    return at::tensor(v, at::TensorOptions().dtype(at::kLong));
-  }();
-  const int64_t B = restype.size(0), N = restype.size(1);
-  const at::Tensor slot = slots.to(restype.device()).index_select(0, restype.reshape({-1})).view({B, N, 1, 1});
-  return x.view({B, N, kMaxAtomsPerToken, 3}).gather(2, slot.expand({B, N, 1, 3})).squeeze(2);
+at::Tensor slot_atoms(const at::Tensor& x, const at::Tensor& slot) {
+  const int64_t B = slot.size(0), N = slot.size(1);
+  const at::Tensor index = slot.to(x.device()).view({B, N, 1, 1}).expand({B, N, 1, 3});
+  return x.view({B, N, kMaxAtomsPerToken, 3}).gather(2, index).squeeze(2);
 }
 
 at::Tensor plddt_from_logits(const at::Tensor& logits) {
@@ -74,11 +68,13 @@ PlddtLoss plddt_loss(const at::Tensor& logits, const at::Tensor& x_pred, const d
   const int64_t B = batch.size(), N = batch.n_tokens(), A = N * kMaxAtomsPerToken, bins = logits.size(-1);
   const at::Tensor pred = x_pred.detach().to(at::kFloat).reshape({B, A, 3});
   const at::Tensor gt = batch.atom_coords.to(at::kFloat).reshape({B, A, 3});
-  const at::Tensor atom_mask = batch.atom_mask * batch.token_mask.unsqueeze(-1);  // [B, N, 14]
-  auto ca = [&](const at::Tensor& x) { return x.view({B, N, kMaxAtomsPerToken, 3}).select(2, data::kAtomCA); };
+  const at::Tensor atom_mask = batch.atom_mask * batch.token_mask.unsqueeze(-1);  // [B, N, 24]
+  // AF3 SI Sec. 4.3.1: lDDT of each atom against the polymer tokens' C-alpha / C1' atoms.
+  const at::Tensor centre = batch.centre_slot.to(pred.device());
   const auto i64 = at::TensorOptions().dtype(at::kLong).device(pred.device());
-  const Lddt per = per_atom_lddt(pred, gt, atom_mask.reshape({B, A}), atom_token_index(B, N, pred.device()), ca(pred),
-                                 ca(gt), atom_mask.select(2, data::kAtomCA), at::arange(N, i64).expand({B, N}));
+  const Lddt per = per_atom_lddt(pred, gt, atom_mask.reshape({B, A}), atom_token_index(B, N, pred.device()),
+                                 slot_atoms(pred, centre), slot_atoms(gt, centre),
+                                 batch.centre_mask * batch.token_mask, at::arange(N, i64).expand({B, N}));
   const at::Tensor valid = atom_mask.reshape({B, A}) * (per.pairs > 0).to(at::kFloat);
   const at::Tensor target = at::clamp(at::floor(per.score.to(at::kFloat) * bins), 0, bins - 1).to(at::kLong);
   const at::Tensor nll = -at::log_softmax(logits.to(at::kFloat), -1).gather(-1, target.unsqueeze(-1)).squeeze(-1);

@@ -29,9 +29,9 @@ class ConfidenceHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ConfidenceHead);
 
-// Representative atom (CB, CA for glycine) of every token of x [B, N * kMaxAtomsPerToken, 3]
-// with token types restype [B, N]: [B, N, 3].
-at::Tensor representative_atoms(const at::Tensor& x, const at::Tensor& restype);
+// The atom in slot[b, i] of every token of x [B, N * kMaxAtomsPerToken, 3] (a batch's rep_slot
+// or centre_slot [B, N] int64) -> [B, N, 3].
+at::Tensor slot_atoms(const at::Tensor& x, const at::Tensor& slot);
 
 // Expected lDDT x 100 under the binned distribution: [B, A] in [0, 100].
 at::Tensor plddt_from_logits(const at::Tensor& logits);

@@ -84,8 +84,10 @@ DiffusionModuleImpl::Prepared DiffusionModuleImpl::prepare(const TrunkContext& c
   p.s_base = conditioning_->single_base(ctx.s_inputs, ctx.s_trunk);
   const int64_t B = b.size(), A = b.n_tokens() * kMaxAtomsPerToken;
   p.atom_mask = (b.atom_mask * b.token_mask.unsqueeze(-1)).reshape({B, A});
+  p.atom_weight = atom_loss_weights(b.mol_type);
+  p.atom_radius = atom_lddt_radius(b.mol_type);
   p.windows = std::make_shared<AtomWindows>(A, b.restype.device());
-  const AtomConditioning atoms = encoder_->condition(data::reference_features(b.restype), ctx.s_trunk, z, *p.windows);
+  const AtomConditioning atoms = encoder_->condition(b.ref, ctx.s_trunk, z, *p.windows);
   p.atom_c = atoms.c;
   p.token_biases = transformer_->pair_biases(z);
   p.encoder_biases = encoder_->pair_biases(atoms.p);
@@ -125,15 +127,15 @@ namespace {
 // Loss terms of some rows of the diffusion batch, summed: weighted MSE + smooth lDDT (the
 // differentiable total), and the plain MSE and smooth lDDT sums for the logs.
 struct RowTerms {
-  at::Tensor x_noisy, t, gt, mask;  // the rows' inputs and targets
+  at::Tensor x_noisy, t, gt, mask, weight, radius;  // the rows' inputs, targets and per-atom terms
 };
 
 std::vector<at::Tensor> row_loss(DiffusionModule& module, const DiffusionModuleImpl::Prepared& prep,
                                  const RowTerms& r) {
   const double sd = module->config().sigma_data;
   const at::Tensor denoised = module(r.x_noisy, r.t, prep);
-  const at::Tensor mse = aligned_mse_loss(denoised, r.gt, at::ones_like(r.mask), r.mask);  // [R]
-  const at::Tensor lddt = smooth_lddt_loss(denoised, r.gt, r.mask);                        // [R]
+  const at::Tensor mse = aligned_mse_loss(denoised, r.gt, r.weight, r.mask);  // [R]
+  const at::Tensor lddt = smooth_lddt_loss(denoised, r.gt, r.mask, r.radius);  // [R]
   const at::Tensor weight = (r.t * r.t + sd * sd) / (r.t * sd).pow(2);
   return {(weight * mse).sum() + lddt.sum(), mse.sum().detach(), lddt.sum().detach()};
 }
@@ -151,13 +153,15 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
   const auto opts = ctx.s_trunk.options();
   // Every draw is made for all rows up front, so chunking does not change the loss.
   const at::Tensor mask = per_sample(prep.atom_mask, samples);
+  const at::Tensor weight = per_sample(prep.atom_weight.to(opts), samples);
+  const at::Tensor radius = per_sample(prep.atom_radius.to(opts), samples);
   const at::Tensor gt = centre_random_augmentation(per_sample(b.atom_coords.reshape({B, A, 3}).to(opts), samples),
                                                    mask, gen);
   const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
   const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
   std::vector<at::Tensor> sums;
   if (chunk <= 0 || chunk >= samples) {
-    sums = row_loss(module, prep, {x_noisy, t, gt, mask});
+    sums = row_loss(module, prep, {x_noisy, t, gt, mask, weight, radius});
   } else {
     // Chunks of samples (all examples' rows of samples c0..c0+C), each recomputed in
     // backward: activations of one chunk at a time. The context copy outlives this call
@@ -169,7 +173,7 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
       const at::Tensor rows =
           (at::arange(B, i64).unsqueeze(1) * samples + at::arange(c0, c0 + C, i64).unsqueeze(0)).reshape({-1});
       const RowTerms terms{x_noisy.index_select(0, rows), t.index_select(0, rows), gt.index_select(0, rows),
-                           mask.index_select(0, rows)};
+                           mask.index_select(0, rows),    weight.index_select(0, rows), radius.index_select(0, rows)};
       auto fn = [module, prep, ctx_copy, terms](const std::vector<at::Tensor>& in) mutable {
         DiffusionModuleImpl::Prepared p = prep;
         p.ctx = ctx_copy.get();

@@ -41,6 +41,8 @@ class DiffusionModuleImpl : public torch::nn::Module {
     at::Tensor atom_c;                   // [B, A, c_atom] atom single conditioning (Alg. 5)
     std::vector<at::Tensor> token_biases, encoder_biases, decoder_biases;
     at::Tensor atom_mask;                // [B, A] resolved atoms of real tokens
+    at::Tensor atom_weight;              // [B, A] AF3's molecule-type weights (atom_loss_weights)
+    at::Tensor atom_radius;              // [B, A] smooth-lDDT radii (atom_lddt_radius)
     std::shared_ptr<AtomWindows> windows;
     // The tensors above that carry gradients, in a fixed order (checkpoint inputs), and back.
     std::vector<at::Tensor> tensors() const;

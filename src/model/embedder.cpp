@@ -26,10 +26,8 @@ at::Tensor RelativePositionEncodingImpl::forward(const data::Batch& batch) {
   const int64_t r = r_max_, sm = s_max_;
   const at::Tensor d_residue = torch::where(
       same_chain, torch::clamp(pairwise(batch.residue_index) + r, 0, 2 * r), 2 * r + 1);
-  // One token per residue for proteins: the token index within a residue is 0 for all.
-  const at::Tensor token_index = torch::zeros_like(batch.residue_index);
   const at::Tensor d_token = torch::where(
-      same_residue, torch::clamp(pairwise(token_index) + r, 0, 2 * r), 2 * r + 1);
+      same_residue, torch::clamp(pairwise(batch.token_index) + r, 0, 2 * r), 2 * r + 1);
   // Copy offsets only mean something between copies of one entity: like AF3's released code
   // (the SI text conditions on the chain), pairs across entities get the extra bin.
   const at::Tensor d_chain = torch::where(
@@ -43,23 +41,34 @@ at::Tensor RelativePositionEncodingImpl::forward(const data::Batch& batch) {
 }
 
 InputEmbedderImpl::InputEmbedderImpl(const ModelConfig& cfg) {
-  w_s_ = register_parameter("w_s", lecun_normal(cfg.c_s, kSInputs));
-  w_z_i_ = register_parameter("w_z_i", lecun_normal(cfg.c_z, kSInputs));
-  w_z_j_ = register_parameter("w_z_j", lecun_normal(cfg.c_z, kSInputs));
+  const int64_t width = s_inputs_width(cfg);
+  w_s_ = register_parameter("w_s", lecun_normal(cfg.c_s, width));
+  w_z_i_ = register_parameter("w_z_i", lecun_normal(cfg.c_z, width));
+  w_z_j_ = register_parameter("w_z_j", lecun_normal(cfg.c_z, width));
+  w_bond_ = register_parameter("w_bond", lecun_normal(cfg.c_z, 1));
   relpos_ = register_module("relpos",
                             RelativePositionEncoding(cfg.c_z, cfg.relpos_r_max, cfg.relpos_s_max));
+  DiffusionConfig atom_cfg = cfg.diffusion;  // AF3 Alg. 2: the diffusion module's atom sizes, c_token = c_s
+  atom_cfg.c_token = cfg.c_s;
+  atoms_ = register_module("atom_encoder", AtomAttentionEncoder(atom_cfg, 0, 0));
 }
 
 Embedding InputEmbedderImpl::forward(const data::Batch& batch) {
-  // AF3 SI Alg. 1 lines 1-5 (no templates or token bonds yet).
+  // AF3 SI Alg. 1 lines 1-6 (no templates).
+  const int64_t B = batch.size(), A = batch.n_tokens() * data::kMaxAtomsPerToken;
+  const AtomWindows windows(A, batch.restype.device());
+  const AtomConditioning cond = atoms_->condition(batch.ref, at::Tensor(), at::Tensor(), windows);
+  // Every atom the tokens have, resolved or not: the input never sees the structure.
+  const at::Tensor atom_mask = (batch.ref.mask * batch.token_mask.unsqueeze(-1)).reshape({B, A});
+  const at::Tensor a = atoms_->forward(cond.c, atoms_->pair_biases(cond.p), atom_mask, at::Tensor(), windows).a;
+  const auto dtype = w_s_.scalar_type();
   Embedding e;
-  e.s_inputs = torch::cat({F::one_hot(batch.restype, data::kNumTokenTypes).to(w_s_.scalar_type()),
-                           batch.profile.to(w_s_.scalar_type()),
-                           batch.deletion_mean.unsqueeze(-1).to(w_s_.scalar_type())},
+  e.s_inputs = torch::cat({a.to(dtype), F::one_hot(batch.restype, data::kNumTokenTypes).to(dtype),
+                           batch.profile.to(dtype), batch.deletion_mean.unsqueeze(-1).to(dtype)},
                           -1);
   e.s = torch::linear(e.s_inputs, w_s_);
-  e.z = torch::linear(e.s_inputs, w_z_i_).unsqueeze(2) +
-        torch::linear(e.s_inputs, w_z_j_).unsqueeze(1) + relpos_->forward(batch);
+  e.z = torch::linear(e.s_inputs, w_z_i_).unsqueeze(2) + torch::linear(e.s_inputs, w_z_j_).unsqueeze(1) +
+        relpos_->forward(batch) + torch::linear(batch.token_bonds.unsqueeze(-1).to(dtype), w_bond_);
   // The residual streams stay in the parameters' precision (fp32 under autocast); only the
   // layers compute in bf16, so small updates are not rounded away over 48 blocks.
   e.s = e.s.to(w_s_.scalar_type());

@@ -21,9 +21,9 @@ MegaFoldImpl::MegaFoldImpl(const ModelConfig& cfg) : cfg_(cfg) {
   pairformer_ = register_module("pairformer", PairformerStack(cfg));
   distogram_ = register_module("distogram", DistogramHead(cfg));
   if (cfg.diffusion.samples > 0)
-    diffusion_ = register_module("diffusion", DiffusionModule(cfg.diffusion, cfg, kSInputs));
+    diffusion_ = register_module("diffusion", DiffusionModule(cfg.diffusion, cfg, s_inputs_width(cfg)));
   if (cfg.confidence.n_blocks > 0)
-    confidence_ = register_module("confidence", ConfidenceHead(cfg, kSInputs));
+    confidence_ = register_module("confidence", ConfidenceHead(cfg, s_inputs_width(cfg)));
   if (cfg.recycles > 1) {
     // Zero projections: every pass starts as the first until recycling proves useful.
     ln_z_prev_w_ = register_parameter("ln_z_prev_weight", torch::ones({cfg.c_z}));

@@ -114,7 +114,7 @@ void MsaBlockImpl::forward(at::Tensor& m, at::Tensor& z, const at::Tensor& msa_m
 MsaModuleImpl::MsaModuleImpl(const ModelConfig& cfg) : plan_(memory_plan(cfg)) {
   MF_CHECK(cfg.msa.n_blocks >= 1, "MsaModule: model.msa.n_blocks must be >= 1");
   w_m_ = register_parameter("w_m", lecun_normal(cfg.msa.c_m, kMsaFeatures));
-  w_s_ = register_parameter("w_s", lecun_normal(cfg.msa.c_m, kSInputs));
+  w_s_ = register_parameter("w_s", lecun_normal(cfg.msa.c_m, s_inputs_width(cfg)));
   for (int64_t i = 0; i < cfg.msa.n_blocks; ++i)
     blocks_.push_back(register_module("block_" + std::to_string(i), MsaBlock(cfg, i + 1 == cfg.msa.n_blocks)));
 }

@@ -72,7 +72,7 @@ TORCH_MODULE(MsaBlock);
 class MsaModuleImpl : public torch::nn::Module {
  public:
   explicit MsaModuleImpl(const ModelConfig& cfg);
-  // The batch's MSA (msa, msa_deletion, msa_mask), s_inputs [B, N, kSInputs], z [B, N, N, c_z]
+  // The batch's MSA (msa, msa_deletion, msa_mask), s_inputs [B, N, s_inputs_width], z [B, N, N, c_z]
   // -> the updated z (in z's dtype). Under the memory plan: blocks recomputed in backward, z rounded to
   // bf16 between blocks, outer product means on row chunks.
   at::Tensor forward(const data::Batch& batch, const at::Tensor& s_inputs, const at::Tensor& z,

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "data/residue_constants.h"
+#include "model/confidence.h"
 #include "model/structure_losses.h"
 
 namespace megafold::model {
@@ -26,9 +27,10 @@ StructureScores score_structures(const at::Tensor& pred, const data::Batch& batc
   const auto i64 = at::TensorOptions().dtype(at::kLong).device(p.device());
   const int64_t R = p.size(0);
   const at::Tensor residue = atom_token_index(R, N, p.device());
-  auto ca = [&](const at::Tensor& x) { return x.view({R, N, kMaxAtomsPerToken, -1}).select(2, data::kAtomCA); };
-  const at::Tensor ca_mask = ca(mask.unsqueeze(-1)).squeeze(-1);
-  return {lddt(ca(p), ca(gt), ca_mask, at::arange(N, i64).expand({R, N})).score,
+  // C-alpha lDDT over the polymer tokens' centre atoms (CA, C1').
+  const at::Tensor centre = rows(batch.centre_slot.to(p.device()));
+  const at::Tensor centre_mask = rows((batch.centre_mask * batch.token_mask).to(p.device()));
+  return {lddt(slot_atoms(p, centre), slot_atoms(gt, centre), centre_mask, at::arange(N, i64).expand({R, N})).score,
           lddt(p, gt, mask, residue).score};
 }
 

@@ -8,7 +8,7 @@
 namespace megafold::model {
 
 struct StructureScores {
-  at::Tensor lddt_ca;   // [R] lDDT over C-alpha atoms (pairs of different tokens)
+  at::Tensor lddt_ca;   // [R] lDDT over the polymer tokens' C-alpha / C1' atoms (pairs of different tokens)
   at::Tensor lddt_all;  // [R] lDDT over all resolved heavy atoms (pairs of different residues)
 };
 

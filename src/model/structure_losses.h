@@ -21,11 +21,21 @@ at::Tensor aligned_mse_loss(const at::Tensor& pred, const at::Tensor& gt, const 
                             const at::Tensor& mask);
 
 // AF3 SI Alg. 27: 1 - smooth lDDT per example ([B]). Pairs l != m of masked atoms whose
-// true distance is below `radius` (15 A for protein atoms) score
-// 1/4 * sum_{t in 0.5, 1, 2, 4} sigmoid(t - |d_pred - d_true|). A perfect prediction gives
-// 1 - 0.8041 = 0.1959, not 0 (the sigmoids never reach 1).
+// true distance is below l's radius (AF3: 30 A for nucleotide atoms, 15 A for the others)
+// score 1/4 * sum_{t in 0.5, 1, 2, 4} sigmoid(t - |d_pred - d_true|). A perfect prediction
+// gives 1 - 0.8041 = 0.1959, not 0 (the sigmoids never reach 1). radius: [B, A] per atom, or
+// one value for all.
 at::Tensor smooth_lddt_loss(const at::Tensor& pred, const at::Tensor& gt, const at::Tensor& mask,
                             double radius = 15.0);
+at::Tensor smooth_lddt_loss(const at::Tensor& pred, const at::Tensor& gt, const at::Tensor& mask,
+                            const at::Tensor& radius);
+
+// AF3's per-atom weights and lDDT radii from the tokens' molecule types (mol_type [B, N]
+// int64, data::MolType), repeated over each token's kMaxAtomsPerToken slots: weights 1 + 5 for
+// DNA/RNA + 10 for ligand atoms (SI Eq. 2), radius 30 A for nucleotide atoms and 15 A for the
+// others (SI Alg. 27). Both [B, N * kMaxAtomsPerToken] float.
+at::Tensor atom_loss_weights(const at::Tensor& mol_type);
+at::Tensor atom_lddt_radius(const at::Tensor& mol_type);
 
 struct Lddt {
   at::Tensor score;  // [B] global lDDT in [0, 1]; 0 for an example without any scored pair

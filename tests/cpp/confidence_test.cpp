@@ -64,15 +64,21 @@ TEST(Plddt, PerfectPredictionTargetsTheTopBin) {
   EXPECT_GT(noisy.loss.item<double>(), 1.0);
 }
 
-TEST(Plddt, RepresentativeAtomIsCbOrCaForGlycine) {
-  const int64_t N = 2;
+// AF3 SI Sec. 4.4: CB (CA for glycine), C4 for purines, C2 for pyrimidines, picked per token.
+TEST(Plddt, RepresentativeAtomsPerTokenType) {
+  const std::vector<std::pair<int, std::string>> expected = {
+      {0, "CB"}, {7, "CA"}, {data::kRnaG, "C4"}, {data::kRnaU, "C2"}, {data::kDnaA, "C4"}, {data::kDnaT, "C2"}};
+  const int64_t N = static_cast<int64_t>(expected.size());
+  std::vector<int64_t> slots;
+  for (const auto& [t, name] : expected) {
+    const int slot = data::representative_atom_slot(t);
+    EXPECT_EQ(data::atom_names(t)[slot], name) << data::residue_name(t);
+    slots.push_back(slot);
+  }
   at::Tensor x = at::arange(N * kMaxAtomsPerToken * 3, at::kFloat).view({1, N * kMaxAtomsPerToken, 3});
-  const at::Tensor restype = at::tensor({0, 7}, at::kLong).view({1, N});  // ALA, GLY
-  ASSERT_EQ(data::amino_acid_name(7), "GLY");
-  const at::Tensor rep = representative_atoms(x, restype);
+  const at::Tensor rep = slot_atoms(x, at::tensor(slots, at::kLong).view({1, N}));
   const at::Tensor xs = x.view({1, N, kMaxAtomsPerToken, 3});
-  EXPECT_TRUE(at::equal(rep[0][0], xs[0][0][data::kAtomCB]));
-  EXPECT_TRUE(at::equal(rep[0][1], xs[0][1][data::kAtomCA]));
+  for (int64_t i = 0; i < N; ++i) EXPECT_TRUE(at::equal(rep[0][i], xs[0][i][slots[i]])) << i;
 }
 
 // The head learns from its inputs but sends no gradient back into them.

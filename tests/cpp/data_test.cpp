@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -111,9 +112,17 @@ TEST(Structure, NmrEnsembleUsesFirstModelOnly) {
   const std::string text = gunzip(kData + "/2juy.pdb.gz");
   ASSERT_NE(text.find("\nMODEL"), std::string::npos) << "2juy is an NMR ensemble";
   const Entry e = load_entry(kData + "/2juy.pdb.gz");
-  // Tokens of one model only: at most one token per (chain, residue number).
+  // Tokens of one model only: each (chain, residue number) is one residue token or one run of
+  // per-atom tokens (2juy's SME is one), each atom once.
   std::set<std::pair<int, int>> seen;
-  for (int i = 0; i < e.n_tokens(); ++i) EXPECT_TRUE(seen.insert({e.asym_id[i], e.residue_index[i]}).second);
+  std::set<std::tuple<int, int, std::string>> atoms;
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    const bool run = i > 0 && e.per_atom(i) && e.per_atom(i - 1) && e.asym_id[i] == e.asym_id[i - 1] &&
+                     e.residue_index[i] == e.residue_index[i - 1];
+    if (!run) EXPECT_TRUE(seen.insert({e.asym_id[i], e.residue_index[i]}).second);
+    if (e.per_atom(i))
+      EXPECT_TRUE(atoms.insert({e.asym_id[i], e.residue_index[i], std::string(e.token_atoms[i].atom_name())}).second);
+  }
 }
 
 TEST(Structure, AltlocsKeepHighestOccupancyFirstOnTies) {
@@ -159,7 +168,7 @@ TEST(Structure, MalformedFilesGiveErrorsNamingFileAndReason) {
   EXPECT_NE(msg.find("truncated.cif"), std::string::npos) << "parsed a truncated file silently";
 
   const std::string ions = kFixtures + "/ions.pdb";
-  EXPECT_NE(error_of(ions).find("no protein chain"), std::string::npos) << error_of(ions);
+  EXPECT_NE(error_of(ions).find("no polymer chain"), std::string::npos) << error_of(ions);
 }
 
 // Coordinates that cannot be real (nan, inf, placeholders such as 99999, text in the number
@@ -452,6 +461,7 @@ Entry synthetic_entry(const std::vector<int>& chain_lengths) {
     }
     e.chain_ids.push_back(std::string(1, static_cast<char>('A' + c)));
   }
+  e.fill_residue_defaults();
   return e;
 }
 
@@ -503,8 +513,9 @@ TEST(Crop, ContiguousCropRespectsBudgetChainsAndSeed) {
 // Spatial crops hold exactly the nearest tokens (by C-alpha) to their centre; interface crops
 // centre on a token with another chain's C-alpha within 15 A; the mix follows its weights.
 TEST(Crop, SpatialCropsAreTheCentresNeighbourhood) {
-  const Entry e = load_entry(kData + "/1a28.pdb.gz");  // two chains
+  const Entry e = load_entry(kData + "/4i6p.cif.gz");  // two protein chains, no ligand
   ASSERT_EQ(e.n_chains(), 2);
+  ASSERT_TRUE(e.components.empty());
   const std::vector<bool> interface = interface_tokens(e);
   auto ca = [&](int i, int k) { return e.coords[(static_cast<size_t>(i) * kMaxAtomsPerToken + kAtomCA) * 3 + k]; };
   auto dist = [&](int i, int j) {
@@ -574,14 +585,21 @@ TEST(Features, BatchPadsAndMasks) {
 // chains, numbering, residue types, atoms and coordinates (3 decimals in the file); replaced
 // coordinates and B-factors land in the file; size mismatches name the path.
 TEST(MmcifWriter, RoundTripsThroughGemmi) {
-  const Entry e = load_entry(kData + "/1a28.pdb.gz");
-  ASSERT_EQ(e.n_chains(), 2);
+  const Entry e = load_entry(kData + "/1a28.pdb.gz");  // two protein chains, a steroid on each
+  ASSERT_EQ(e.n_chains(), 4);
+  ASSERT_EQ(e.components, std::vector<std::string>{"STR"});
   TempDir dir;
   const std::string out = dir.str() + "/1a28.cif";
   write_mmcif(e, out);
   const Entry back = load_entry(out);
   EXPECT_EQ(back.chain_ids, e.chain_ids);
   EXPECT_EQ(back.restype, e.restype);
+  EXPECT_EQ(back.mol_type, e.mol_type);
+  EXPECT_EQ(back.component, e.component);
+  EXPECT_EQ(back.components, e.components);
+  EXPECT_EQ(back.bonds, e.bonds);
+  for (int i = 0; i < e.n_tokens(); ++i)
+    ASSERT_EQ(back.token_atoms[i].atom_name(), e.token_atoms[i].atom_name()) << i;
   EXPECT_EQ(back.residue_index, e.residue_index);
   EXPECT_EQ(back.author_index, e.author_index);
   EXPECT_EQ(back.insertion_codes, e.insertion_codes);

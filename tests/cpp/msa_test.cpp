@@ -35,6 +35,7 @@ Entry two_chains(bool msa_for_b = true) {
   e.sym_id = {0, 0, 0, 0, 0};
   e.coords.assign(5 * data::kMaxAtomsPerToken * 3, 0.f);
   e.atom_mask.assign(5 * data::kMaxAtomsPerToken, 0);
+  e.fill_residue_defaults();
   e.chain_ids = {"A", "B"};
   Msa a;
   a.depth = 4, a.length = 3;
@@ -245,7 +246,7 @@ TEST(MsaModule, PaddingRowsChangeNothingAndEveryParameterLearns) {
   const Entry e = two_chains();
   const data::Batch b = data::make_batch({&e}, {{}}, 7, {100, 2});
   const int64_t N = 7;
-  const at::Tensor s_inputs = at::randn({1, N, model::kSInputs});
+  const at::Tensor s_inputs = at::randn({1, N, model::s_inputs_width(msa_config())});
   const at::Tensor z = at::randn({1, N, N, 8});
   const at::Tensor pair_mask = b.token_mask.unsqueeze(2) * b.token_mask.unsqueeze(1);
   const at::Tensor out = msa(b, s_inputs, z, pair_mask, 0);
@@ -279,7 +280,7 @@ TEST(MsaModule, CheckpointedBlocksGiveTheSameOutputAndGradients) {
   const Entry e = two_chains();
   const data::Batch b = data::make_batch({&e}, {{}}, 6, {100, 4});
   const at::Tensor pair_mask = b.token_mask.unsqueeze(2) * b.token_mask.unsqueeze(1);
-  const at::Tensor s_inputs = at::randn({1, 6, model::kSInputs}), z = at::randn({1, 6, 6, 8});
+  const at::Tensor s_inputs = at::randn({1, 6, model::s_inputs_width(cfg)}), z = at::randn({1, 6, 6, 8});
   const at::Tensor w = at::randn({1, 6, 6, 8});
   const at::Tensor out1 = plain(b, s_inputs, z, pair_mask, 9), out2 = ckpt(b, s_inputs, z, pair_mask, 9);
   EXPECT_TRUE(at::equal(out1, out2));
