@@ -22,43 +22,16 @@
 #include "data/features.h"
 #include "data/reference_atoms.h"
 #include "data/structure.h"
+#include "testing.h"
 
 namespace megafold::data {
 namespace {
 namespace fs = std::filesystem;
+using megafold::testing::TempDir;
+using megafold::testing::gunzip;
 
 const std::string kData = MEGAFOLD_TEST_SOURCE_DIR "/data/pdb";
 const std::string kFixtures = MEGAFOLD_TEST_SOURCE_DIR "/tests/fixtures";
-
-std::string gunzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  EXPECT_NE(f, nullptr) << path;
-  std::string out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, n);
-  gzclose(f);
-  return out;
-}
-
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("megafold_test_" + std::to_string(::getpid()) + "_" +
-                                                 std::to_string(counter_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const std::string p = (path_ / name).string();
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 std::string error_of(const std::string& path) {
   try {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "data/residue_constants.h"
 #include "model/structure_losses.h"
 #include "testing.h"
 
@@ -131,27 +132,47 @@ TEST_F(StructureLosses, GradientsMatchFiniteDifferences) {
 }
 
 // The fused smooth lDDT (one pass over pairs, analytic backward) against AF3 Alg. 27 written
-// as plain autograd tensor code, float64, with masked atoms and pairs on both sides of the radius.
+// as plain autograd tensor code, float64, with masked atoms and pairs on both sides of the
+// radius: one radius for all atoms, and per-atom radii (AF3: 30 A for nucleotide atoms, 15 A
+// for the others, so the scored pairs are not symmetric).
 TEST_F(StructureLosses, SmoothLddtMatchesItsPlainExpression) {
   const int64_t B = 3, A = 41;
   const at::Tensor gt = at::randn({B, A, 3}, at::kDouble) * 6;
   const at::Tensor pred = (gt + at::randn({B, A, 3}, at::kDouble) * 1.5).requires_grad_(true);
   const at::Tensor mask = (at::rand({B, A}, at::kDouble) > 0.2).to(at::kDouble);
-  const double radius = 9.0;
-  auto plain = [&](const at::Tensor& x) {
-    auto dist = [](const at::Tensor& y) { return (y.unsqueeze(2) - y.unsqueeze(1)).pow(2).sum(-1).clamp_min(1e-12).sqrt(); };
-    const at::Tensor d_true = dist(gt), delta = (d_true - dist(x)).abs();
-    at::Tensor eps = at::zeros_like(delta);
-    for (double t : {0.5, 1.0, 2.0, 4.0}) eps = eps + 0.25 * at::sigmoid(t - delta);
-    const at::Tensor c = mask.unsqueeze(2) * mask.unsqueeze(1) * (1 - at::eye(A, at::kDouble)) * (d_true < radius).to(at::kDouble);
-    return 1 - (c * eps).sum({1, 2}) / c.sum({1, 2}).clamp_min(1);
-  };
-  const at::Tensor w = at::rand({B}, at::kDouble);
-  const at::Tensor ours = smooth_lddt_loss(pred, gt, mask, radius), ref = plain(pred);
-  EXPECT_LT(rel_error(ours, ref), 1e-13);
-  const at::Tensor g_ours = torch::autograd::grad({(ours * w).sum()}, {pred})[0];
-  const at::Tensor g_ref = torch::autograd::grad({(ref * w).sum()}, {pred})[0];
-  EXPECT_LT(rel_error(g_ours, g_ref), 1e-12);
+  const at::Tensor mixed = at::where(at::rand({B, A}) > 0.5, 14.0, 7.0).to(at::kDouble);
+  for (const at::Tensor& radius : {at::full({B, A}, 9.0, at::kDouble), mixed}) {
+    auto plain = [&](const at::Tensor& x) {
+      auto dist = [](const at::Tensor& y) { return (y.unsqueeze(2) - y.unsqueeze(1)).pow(2).sum(-1).clamp_min(1e-12).sqrt(); };
+      const at::Tensor d_true = dist(gt), delta = (d_true - dist(x)).abs();
+      at::Tensor eps = at::zeros_like(delta);
+      for (double t : {0.5, 1.0, 2.0, 4.0}) eps = eps + 0.25 * at::sigmoid(t - delta);
+      const at::Tensor c = mask.unsqueeze(2) * mask.unsqueeze(1) * (1 - at::eye(A, at::kDouble)) *
+                           (d_true < radius.unsqueeze(2)).to(at::kDouble);
+      return 1 - (c * eps).sum({1, 2}) / c.sum({1, 2}).clamp_min(1);
+    };
+    const at::Tensor w = at::rand({B}, at::kDouble);
+    const at::Tensor ours = smooth_lddt_loss(pred, gt, mask, radius), ref = plain(pred);
+    EXPECT_LT(rel_error(ours, ref), 1e-13);
+    const at::Tensor g_ours = torch::autograd::grad({(ours * w).sum()}, {pred})[0];
+    const at::Tensor g_ref = torch::autograd::grad({(ref * w).sum()}, {pred})[0];
+    EXPECT_LT(rel_error(g_ours, g_ref), 1e-12);
+  }
+  EXPECT_TRUE(at::equal(smooth_lddt_loss(pred, gt, mask, 9.0), smooth_lddt_loss(pred, gt, mask, at::full({B, A}, 9.0, at::kDouble))));
+}
+
+// AF3's molecule weights and radii per atom slot: protein 1 / 15 A, DNA and RNA 6 / 30 A,
+// ligand 11 / 15 A.
+TEST_F(StructureLosses, MoleculeTypeWeightsAndRadii) {
+  const at::Tensor mol = at::tensor({0, 1, 2, 3}, at::kLong).view({1, 4});
+  const at::Tensor w = atom_loss_weights(mol), r = atom_lddt_radius(mol);
+  ASSERT_EQ(w.sizes(), (at::IntArrayRef{1, 4 * data::kMaxAtomsPerToken}));
+  const double weights[] = {1, 6, 6, 11}, radii[] = {15, 30, 30, 15};
+  for (int t = 0; t < 4; ++t)
+    for (int a = 0; a < data::kMaxAtomsPerToken; ++a) {
+      EXPECT_EQ(w[0][t * data::kMaxAtomsPerToken + a].item<double>(), weights[t]);
+      EXPECT_EQ(r[0][t * data::kMaxAtomsPerToken + a].item<double>(), radii[t]);
+    }
 }
 
 // The GPU form (blocks of atom rows against all atoms, analytic backward) against the CPU
@@ -166,10 +187,12 @@ TEST_F(StructureLosses, SmoothLddtOnTheGpuMatchesTheCpu) {
     const at::Tensor pred = (gt + at::randn({B, A, 3}, at::kDouble) * 2).requires_grad_(true);
     const at::Tensor mask = (at::rand({B, A}, at::kDouble) > 0.1).to(at::kDouble);
     const at::Tensor w = at::rand({B}, at::kDouble);
-    const at::Tensor cpu = smooth_lddt_loss(pred, gt, mask);
+    // Per-atom radii (nucleotide atoms 30 A, the rest 15 A): asymmetric scored pairs.
+    const at::Tensor radius = at::where(at::rand({B, A}) > 0.7, 30.0, 15.0).to(at::kDouble);
+    const at::Tensor cpu = smooth_lddt_loss(pred, gt, mask, radius);
     const at::Tensor g_cpu = torch::autograd::grad({(cpu * w).sum()}, {pred})[0];
     const at::Tensor pred_gpu = pred.detach().cuda().requires_grad_(true);
-    const at::Tensor gpu = smooth_lddt_loss(pred_gpu, gt.cuda(), mask.cuda());
+    const at::Tensor gpu = smooth_lddt_loss(pred_gpu, gt.cuda(), mask.cuda(), radius.cuda());
     const at::Tensor g_gpu = torch::autograd::grad({(gpu * w.cuda()).sum()}, {pred_gpu})[0];
     EXPECT_LT(rel_error(gpu.cpu(), cpu), 1e-12) << A << " atoms";
     EXPECT_LT(rel_error(g_gpu.cpu(), g_cpu), 1e-10) << A << " atoms";

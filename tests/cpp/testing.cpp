@@ -3,7 +3,12 @@
 #include <torch/autograd.h>
 #include <c10/core/GradMode.h>
 
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
 #include <chrono>
+#include <fstream>
 
 namespace megafold::testing {
 
@@ -101,5 +106,35 @@ void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
 }
 
 at::Tensor grad_or_zeros(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
+
+std::string gunzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  EXPECT_NE(f, nullptr) << path;
+  std::string out;
+  if (f == nullptr) return out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, n);
+  gzclose(f);
+  return out;
+}
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  path_ = std::filesystem::temp_directory_path() /
+          ("megafold_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::write(const std::string& name, const std::string& bytes) const {
+  const std::string p = (path_ / name).string();
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
 
 }  // namespace megafold::testing

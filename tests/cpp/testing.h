@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -54,5 +55,23 @@ void copy_state(torch::nn::Module& from, torch::nn::Module& to);
 
 // p's gradient, or zeros where backward gave it none.
 at::Tensor grad_or_zeros(const at::Tensor& p);
+
+// The bytes of a file, gunzipped when compressed (zlib passes plain files through).
+std::string gunzip(const std::string& path);
+
+// A fresh directory under the system's temporary directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // Writes `bytes` to the file `name` in the directory; returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const;
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace megafold::testing

@@ -1,0 +1,386 @@
+// All molecule types on real files: tokenisation and atom counts worked out by hand, CCD
+// features against the CCD, bonds against the files' links, crops that never split a ligand,
+// the cache and batch features of ligands, malformed components.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "data/cache.h"
+#include "data/ccd.h"
+#include "data/crop.h"
+#include "data/elements.h"
+#include "data/features.h"
+#include "data/msa.h"
+#include "data/reference_atoms.h"
+#include "data/structure.h"
+#include "testing.h"
+
+namespace megafold::data {
+namespace {
+using megafold::testing::gunzip;
+using megafold::testing::TempDir;
+
+const std::string kData = MEGAFOLD_TEST_SOURCE_DIR "/data/pdb";
+
+// Every test here needs the CCD table that setup writes.
+const Ccd& ccd() {
+  const Ccd* c = default_ccd();
+  if (c == nullptr) throw Error("no CCD table at " + default_ccd_path() + "; run scripts/setup.sh");
+  return *c;
+}
+
+struct ChainSummary {
+  std::string chain;
+  MolType mol;
+  int tokens = 0, atoms = 0;
+};
+
+std::vector<ChainSummary> chains_of(const Entry& e) {
+  std::vector<ChainSummary> out(e.n_chains());
+  for (int c = 0; c < e.n_chains(); ++c) out[c] = {e.chain_ids[c], e.chain_mol_type(c)};
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    ++out[e.asym_id[i]].tokens;
+    for (int a = 0; a < kMaxAtomsPerToken; ++a) out[e.asym_id[i]].atoms += e.atom_mask[i * kMaxAtomsPerToken + a];
+  }
+  return out;
+}
+
+// The token holding atom `atom` of residue number `number` (author numbering) of chain `chain`
+// with molecule type `mol`, and its slot; {-1, -1} if none.
+std::pair<int, int> find_atom(const Entry& e, const std::string& chain, MolType mol, int number, const std::string& atom) {
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    if (e.chain_ids[e.asym_id[i]] != chain || e.mol(i) != mol || e.author_index[i] != number) continue;
+    if (e.per_atom(i)) {
+      if (e.token_atoms[i].atom_name() == atom) return {i, 0};
+    } else if (const int slot = atom_slot(e.restype[i], atom); slot >= 0) {
+      return {i, slot};
+    }
+  }
+  return {-1, -1};
+}
+
+bool bonded(const Entry& e, int i, int j) {
+  const std::array<int32_t, 2> key{std::min(i, j), std::max(i, j)};
+  return std::binary_search(e.bonds.begin(), e.bonds.end(), key);
+}
+
+// Counts from the chemistry, by hand: 1lcd is lac repressor headpiece on an 11-bp DNA duplex
+// (AATTGTGAGCG / CGCTCACAATT) with a sodium ion; 3mht holds S-adenosyl-L-homocysteine (SAH,
+// C14H20N6O5S: 26 heavy atoms); 4jsv ADP (C10H15N5O10P2: 27), Mg2+ and MgF3- (4 atoms) on
+// each kinase; 1a28 progesterone (STR, C21H30O2: 23); 19hc nine hemes per chain (HEM,
+// C34H32FeN4O4: 43 heavy atoms).
+TEST(Molecules, TokensAndAtomsOfBundledEntries) {
+  ccd();
+  {
+    const Entry e = load_entry(kData + "/1lcd.cif.gz");
+    const auto c = chains_of(e);
+    ASSERT_EQ(c.size(), 4u);
+    EXPECT_EQ(c[0].mol, MolType::kDna);
+    EXPECT_EQ(e.sequence(0), "AATTGTGAGCG");
+    EXPECT_EQ(c[0].tokens, 11);
+    EXPECT_EQ(e.sequence(1), "CGCTCACAATT");
+    EXPECT_EQ(c[2].mol, MolType::kProtein);
+    EXPECT_EQ(c[2].tokens, 51);
+    EXPECT_EQ(c[3].mol, MolType::kLigand);
+    EXPECT_EQ(e.sequence(3), "NA");
+    EXPECT_EQ(c[3].tokens, 1);
+    EXPECT_EQ(e.n_tokens(), 11 + 11 + 51 + 1);
+    // A DNA token's atoms: at most the 19-22 heavy atoms of its nucleotide, P/OP1/OP2 of the
+    // 5' ends absent in a crystal.
+    for (int i = 0; i < 22; ++i) {
+      int atoms = 0;
+      for (int a = 0; a < kMaxAtomsPerToken; ++a) atoms += e.atom_mask[i * kMaxAtomsPerToken + a];
+      EXPECT_LE(atoms, atom_count(e.restype[i])) << i;
+      EXPECT_GE(atoms, atom_count(e.restype[i]) - 3) << i;
+    }
+  }
+  const std::map<std::string, std::pair<std::string, int>> ligands = {
+      {"3mht.pdb.gz", {"SAH", 26}}, {"1a28.pdb.gz", {"STR", 23}}, {"19hc.pdb.gz", {"HEM", 43}}};
+  for (const auto& [file, ligand] : ligands) {
+    const Entry e = load_entry(kData + "/" + file);
+    const std::vector<ChainSummary> summary = chains_of(e);
+    int chains = 0;
+    for (int c = 0; c < e.n_chains(); ++c)
+      if (summary[c].mol == MolType::kLigand && e.sequence(c) == ligand.first) {
+        EXPECT_EQ(summary[c].tokens, ligand.second) << file;
+        ++chains;
+      }
+    EXPECT_GT(chains, 0) << file;
+  }
+  const Entry kinase = load_entry(kData + "/4jsv.pdb.gz");
+  std::map<std::string, int> tokens_of;
+  for (int c = 0; c < kinase.n_chains(); ++c)
+    if (kinase.chain_mol_type(c) == MolType::kLigand) {
+      int n = 0;
+      for (int i = 0; i < kinase.n_tokens(); ++i) n += kinase.asym_id[i] == c;
+      tokens_of[kinase.sequence(c)] = n;
+    }
+  EXPECT_EQ(tokens_of["ADP"], 27);
+  EXPECT_EQ(tokens_of["MG"], 1);
+  EXPECT_EQ(tokens_of["MGF"], 4);
+}
+
+// Reference features of ATP, HEM, MG, DA and U against the CCD: the per-atom tokens of a file
+// carry the component's atoms, elements, charges and ideal coordinates; the standard residues'
+// embedded table agrees with the CCD for the nucleotides.
+TEST(Molecules, ReferenceFeaturesComeFromTheCcd) {
+  const Ccd& c = ccd();
+  const CcdComponent* atp = c.find("ATP");
+  ASSERT_NE(atp, nullptr);
+  int heavy = 0;
+  for (const CcdAtom& a : atp->atoms) heavy += a.element > 1;
+  EXPECT_EQ(heavy, 31);  // C10 N5 O13 P3
+  EXPECT_EQ(atp->atoms[atp->atom_index("PG")].element, atomic_number("P"));
+  const CcdComponent* mg = c.find("MG");
+  ASSERT_NE(mg, nullptr);
+  ASSERT_EQ(mg->atoms.size(), 1u);
+  EXPECT_EQ(mg->atoms[0].element, 12);
+  EXPECT_EQ(mg->atoms[0].charge, 2);
+  const CcdComponent* hem = c.find("HEM");
+  ASSERT_NE(hem, nullptr);
+  EXPECT_EQ(hem->atoms[hem->atom_index("FE")].element, 26);
+  EXPECT_EQ(hem->kind, CcdKind::kNonPolymer);
+  EXPECT_EQ(c.find("DA")->kind, CcdKind::kDna);
+  EXPECT_EQ(c.find("SEP")->parent, "SER");
+  EXPECT_EQ(c.find("NOT_A_CODE"), nullptr);
+
+  // The embedded nucleotide table is the CCD's (ideal coordinates, 3 decimals).
+  const ReferenceTable& table = reference_atoms();
+  for (const int t : {kDnaA, kRnaU}) {
+    const CcdComponent* comp = c.find(residue_name(t));
+    ASSERT_NE(comp, nullptr);
+    for (int s = 0; s < atom_count(t); ++s) {
+      const int k = comp->atom_index(atom_names(t)[s]);
+      ASSERT_GE(k, 0) << residue_name(t) << " " << atom_names(t)[s];
+      EXPECT_EQ(table[t][s].element, comp->atoms[k].element);
+      EXPECT_EQ(table[t][s].charge, comp->atoms[k].charge);
+      for (int x = 0; x < 3; ++x) EXPECT_NEAR(table[t][s].pos[x], comp->atoms[k].pos[x], 5e-4);
+    }
+  }
+
+  // 6msm's ATP tokens carry the CCD's atoms in CCD order, leaving atoms only where resolved.
+  const Entry e = load_entry(kData + "/6msm.pdb.gz");
+  int first = -1;
+  for (int i = 0; i < e.n_tokens() && first < 0; ++i)
+    if (e.per_atom(i) && e.residue_code(i) == "ATP") first = i;
+  ASSERT_GE(first, 0);
+  int k = 0;
+  for (const CcdAtom& a : atp->atoms) {
+    if (a.leaving() && !e.atom_mask[(first + k) * kMaxAtomsPerToken]) continue;
+    const TokenAtom& t = e.token_atoms[first + k];
+    EXPECT_EQ(t.atom_name(), a.atom_name());
+    EXPECT_EQ(t.element, a.element);
+    EXPECT_EQ(t.charge, a.charge);
+    for (int x = 0; x < 3; ++x) EXPECT_EQ(t.ref_pos[x], a.pos[x]);
+    EXPECT_EQ(e.mol(first + k), MolType::kLigand);
+    EXPECT_EQ(e.restype[first + k], kUnknownAminoAcid);
+    ++k;
+    if (first + k >= e.n_tokens() || e.residue_code(first + k) != "ATP") break;
+  }
+  EXPECT_GE(k, 27);
+}
+
+// Bonds: 3hsy's LINK records (ASN-NAG glycosylation, NAG-NAG and NAG-BMA glycosidic bonds), the
+// CCD's bonds inside each ligand, and no standard-standard bonds.
+TEST(Molecules, BondsFollowTheFileLinksAndTheCcd) {
+  const Ccd& c = ccd();
+  const Entry e = load_entry(kData + "/3hsy.pdb.gz");
+  const auto asn = find_atom(e, "A", MolType::kProtein, 349, "ND2");
+  const auto nag1 = find_atom(e, "C", MolType::kLigand, 1, "C1");
+  const auto nag1_o4 = find_atom(e, "C", MolType::kLigand, 1, "O4");
+  const auto nag2 = find_atom(e, "C", MolType::kLigand, 2, "C1");
+  const auto nag2_o4 = find_atom(e, "C", MolType::kLigand, 2, "O4");
+  const auto bma = find_atom(e, "C", MolType::kLigand, 3, "C1");
+  for (const auto& a : {asn, nag1, nag1_o4, nag2, nag2_o4, bma}) ASSERT_GE(a.first, 0);
+  EXPECT_TRUE(bonded(e, asn.first, nag1.first));
+  EXPECT_TRUE(bonded(e, nag1_o4.first, nag2.first));
+  EXPECT_TRUE(bonded(e, nag2_o4.first, bma.first));
+  // Inside NAG 1 of chain C: every CCD bond between its heavy atoms, and nothing else.
+  const CcdComponent* nag = c.find("NAG");
+  std::set<std::array<int32_t, 2>> expected;
+  for (const CcdBond& b : nag->bonds) {
+    const auto x = find_atom(e, "C", MolType::kLigand, 1, std::string(nag->atoms[b.a].atom_name()));
+    const auto y = find_atom(e, "C", MolType::kLigand, 1, std::string(nag->atoms[b.b].atom_name()));
+    if (x.first >= 0 && y.first >= 0) expected.insert({std::min(x.first, y.first), std::max(x.first, y.first)});
+  }
+  std::set<std::array<int32_t, 2>> inside;
+  for (const auto& b : e.bonds) {
+    EXPECT_LT(b[0], b[1]);
+    EXPECT_TRUE(e.per_atom(b[0]) || e.per_atom(b[1])) << "standard-standard bond " << b[0] << "-" << b[1];
+    const bool in_nag = [&](int i) {
+      return e.per_atom(i) && e.chain_ids[e.asym_id[i]] == "C" && e.author_index[i] == 1 && e.residue_code(i) == "NAG";
+    }(b[0]);
+    const bool in_nag2 =
+        e.per_atom(b[1]) && e.chain_ids[e.asym_id[b[1]]] == "C" && e.author_index[b[1]] == 1 && e.residue_code(b[1]) == "NAG";
+    if (in_nag && in_nag2) inside.insert(b);
+  }
+  EXPECT_EQ(inside, expected);
+  // NAG C 1 has all 14 heavy atoms but the leaving O1 (replaced by the link to ASN 349): all
+  // 15 CCD bonds but C1-O1.
+  EXPECT_EQ(nag->bonds.size(), 15u);
+  EXPECT_EQ(expected.size(), 14u);
+
+  // mmCIF: 2q2k's DNA carries 5-iodo-2'-deoxyuridine (5IU), linked O3'-P to its neighbours.
+  const Entry dna = load_entry(kData + "/2q2k.cif.gz");
+  ASSERT_EQ(dna.components, std::vector<std::string>{"5IU"});
+  for (int i = 0; i < dna.n_tokens(); ++i) {
+    if (!dna.per_atom(i) || dna.token_atoms[i].atom_name() != "P") continue;
+    EXPECT_EQ(dna.mol(i), MolType::kDna);
+    EXPECT_EQ(dna.restype[i], kUnknownDna);  // 5IU's parent DU is no DNA token type
+    // The previous residue's O3' is bonded to this P.
+    const int prev = dna.author_index[i] - 1;
+    const auto o3 = find_atom(dna, dna.chain_ids[dna.asym_id[i]], MolType::kDna, prev, "O3'");
+    if (o3.first >= 0) EXPECT_TRUE(bonded(dna, o3.first, i));
+  }
+}
+
+// Crops keep every ligand, ion and non-standard residue whole or leave it out, for every mode,
+// size and seed, and stay within the budget.
+TEST(Molecules, CropsNeverSplitALigand) {
+  ccd();
+  const CropWeights all_modes{1, 1, 1};
+  for (const std::string file : {"6msm.pdb.gz", "19hc.pdb.gz", "3hsy.pdb.gz", "2q2k.cif.gz"}) {
+    const Entry e = load_entry(kData + "/" + file);
+    std::map<std::tuple<int, int>, int> size;  // per-atom residue -> tokens
+    for (int i = 0; i < e.n_tokens(); ++i)
+      if (e.per_atom(i)) ++size[{e.asym_id[i], e.residue_index[i]}];
+    ASSERT_FALSE(size.empty()) << file;
+    std::mt19937 rng(static_cast<uint32_t>(megafold::testing::fresh_seed()));
+    for (int trial = 0; trial < 24; ++trial) {
+      const int crop = 16 + static_cast<int>(rng() % 400);
+      const uint64_t seed = rng();
+      for (const std::vector<int32_t>& keep :
+           {contiguous_crop(e, crop, seed), spatial_crop(e, crop, seed, false), spatial_crop(e, crop, seed, true),
+            training_crop(e, crop, all_modes, seed)}) {
+        EXPECT_LE(static_cast<int>(keep.size()), crop) << file;
+        std::map<std::tuple<int, int>, int> kept;
+        for (const int32_t i : keep)
+          if (e.per_atom(i)) ++kept[{e.asym_id[i], e.residue_index[i]}];
+        for (const auto& [residue, n] : kept) EXPECT_EQ(n, size[residue]) << file << " crop " << crop << " seed " << seed;
+      }
+    }
+  }
+}
+
+// Cache format 3 keeps every molecule type: an entry with ligands, DNA and a modified
+// nucleotide decodes to the same entry, and its batch has the ligands' reference features.
+TEST(Molecules, CacheAndBatchKeepLigands) {
+  ccd();
+  for (const std::string file : {"2q2k.cif.gz", "4jsv.pdb.gz", "3hsy.pdb.gz"}) {
+    const Entry e = load_entry(kData + "/" + file);
+    const std::string bytes = encode_entry(e);
+    const Entry d = decode_entry(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), file);
+    EXPECT_EQ(d.restype, e.restype);
+    EXPECT_EQ(d.mol_type, e.mol_type);
+    EXPECT_EQ(d.coords, e.coords);
+    EXPECT_EQ(d.atom_mask, e.atom_mask);
+    EXPECT_EQ(d.component, e.component);
+    EXPECT_EQ(d.components, e.components);
+    EXPECT_EQ(d.bonds, e.bonds);
+    for (int i = 0; i < e.n_tokens(); ++i) {
+      ASSERT_EQ(d.token_atoms[i].atom_name(), e.token_atoms[i].atom_name());
+      ASSERT_EQ(d.token_atoms[i].element, e.token_atoms[i].element);
+    }
+    // Truncated or corrupted bytes are caught by name.
+    EXPECT_THROW(decode_entry(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size() - 5, file), Error);
+  }
+
+  const Entry e = load_entry(kData + "/4jsv.pdb.gz");
+  const int pad = e.n_tokens() + 3;
+  const Batch b = make_batch({&e}, {{}}, pad, {});
+  auto mol = b.mol_type.accessor<int64_t, 2>();
+  auto uid = b.ref.space_uid.accessor<int64_t, 2>();
+  auto element = b.ref.element.accessor<int64_t, 3>();
+  auto mask = b.ref.mask.accessor<float, 3>();
+  auto bonds = b.token_bonds.accessor<uint8_t, 3>();
+  std::set<int64_t> uids;
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    EXPECT_EQ(mol[0][i], e.mol_type[i]);
+    const bool shares = i > 0 && e.per_atom(i) && e.per_atom(i - 1) && e.asym_id[i] == e.asym_id[i - 1] &&
+                        e.residue_index[i] == e.residue_index[i - 1];
+    if (shares) {
+      EXPECT_EQ(uid[0][i], uid[0][i - 1]) << i;
+    } else {
+      EXPECT_TRUE(uids.insert(uid[0][i]).second) << i;
+    }
+    if (e.per_atom(i)) {
+      EXPECT_EQ(element[0][i][0], e.token_atoms[i].element);
+      EXPECT_EQ(mask[0][i][0], 1.f);
+      for (int s = 1; s < kMaxAtomsPerToken; ++s) EXPECT_EQ(mask[0][i][s], 0.f);
+    } else {
+      for (int s = 0; s < kMaxAtomsPerToken; ++s) EXPECT_EQ(mask[0][i][s], s < atom_count(e.restype[i]) ? 1.f : 0.f);
+    }
+  }
+  int64_t n_bonds = 0;
+  for (int i = 0; i < pad; ++i)
+    for (int j = 0; j < pad; ++j) {
+      EXPECT_EQ(bonds[0][i][j], bonds[0][j][i]);
+      n_bonds += bonds[0][i][j];
+    }
+  EXPECT_EQ(n_bonds, 2 * static_cast<int64_t>(e.bonds.size()));
+  for (const auto& [i, j] : e.bonds) EXPECT_EQ(bonds[0][i][j], 1);
+}
+
+// A component the CCD lacks is skipped with a warning naming the file, chain and residue; a
+// ligand with no resolved atom likewise; the rest of the entry is kept. Without a CCD table,
+// ligands are skipped with one warning naming where the table was looked for.
+TEST(Molecules, MalformedComponentsAreSkippedByName) {
+  ccd();
+  TempDir dir;
+  const std::string pdb = gunzip(kData + "/1a28.pdb.gz");
+  std::string unknown, unplaced;
+  std::istringstream in(pdb);
+  for (std::string l; std::getline(in, l);) {
+    std::string u = l, p = l;
+    if (l.rfind("HETATM", 0) == 0 && l.substr(17, 3) == "STR") {
+      if (l[21] == 'A') u.replace(17, 3, "Z0Q");  // no such CCD code (checked below)
+      if (l[21] == 'B') p.replace(30, 24, "   nan     nan     nan  ");
+    }
+    unknown += u + "\n";
+    unplaced += p + "\n";
+  }
+  ASSERT_EQ(ccd().find("Z0Q"), nullptr);
+  const Entry a = load_entry(dir.write("unknown.pdb", unknown));
+  EXPECT_EQ(a.components, std::vector<std::string>{"STR"});  // chain B's steroid stays
+  bool named = false;
+  for (const std::string& w : a.warnings)
+    named |= w.find("unknown.pdb: chain A residue Z0Q") != std::string::npos && w.find("not in the CCD") != std::string::npos;
+  EXPECT_TRUE(named) << ::testing::PrintToString(a.warnings);
+  const Entry b = load_entry(dir.write("unplaced.pdb", unplaced));
+  int ligand_chains = 0;
+  for (int c = 0; c < b.n_chains(); ++c) ligand_chains += b.chain_mol_type(c) == MolType::kLigand;
+  EXPECT_EQ(ligand_chains, 1);
+  named = false;
+  for (const std::string& w : b.warnings) named |= w.find("unplaced.pdb: chain B residue STR") != std::string::npos;
+  EXPECT_TRUE(named) << ::testing::PrintToString(b.warnings);
+
+  const Entry none = load_entry(kData + "/1a28.pdb.gz", nullptr);
+  EXPECT_TRUE(none.components.empty());
+  EXPECT_EQ(none.n_chains(), 2);
+  ASSERT_FALSE(none.warnings.empty());
+  EXPECT_NE(none.warnings.front().find("no CCD table"), std::string::npos) << none.warnings.front();
+}
+
+// RNA alignments: letters read with the RNA alphabet (T as U, others as N).
+TEST(Molecules, RnaMsaUsesTheNucleotideAlphabet) {
+  const Msa m = parse_a3m(">q\nACGU\n>h\nACTX\n>i\nA-gGU\n", "rna.a3m", MolType::kRna);
+  ASSERT_EQ(m.depth, 3);
+  ASSERT_EQ(m.length, 4);
+  EXPECT_EQ(m.tokens[0], kRnaA);
+  EXPECT_EQ(m.tokens[3], kRnaU);
+  EXPECT_EQ(m.tokens[4 + 2], kRnaU);        // T
+  EXPECT_EQ(m.tokens[4 + 3], kUnknownRna);  // X
+  EXPECT_EQ(m.tokens[8 + 1], kGapToken);
+  EXPECT_EQ(m.deletions[8 + 2], 1);  // the insertion 'g' before G
+  EXPECT_THROW(parse_a3m(">q\nAC1U\n", "bad.a3m", MolType::kRna), Error);
+}
+
+}  // namespace
+}  // namespace megafold::data
