@@ -86,7 +86,7 @@ void keys(S& d, auto&& f) {
   f("transition_factor", d.transition_factor), f("sigma_data", d.sigma_data), f("c_atom", d.c_atom);
   f("c_atompair", d.c_atompair), f("atom_blocks", d.atom_blocks), f("atom_heads", d.atom_heads);
   f("samples", d.samples), f("weight", d.weight), f("sampler_steps", d.sampler_steps);
-  f("sample_chunk", d.sample_chunk);
+  f("sample_chunk", d.sample_chunk), f("bond_weight", d.bond_weight);
 }
 
 template <typename S>
@@ -326,6 +326,7 @@ void validate(const TrainConfig& c, const std::string& origin) {
     if (!(d.sigma_data > 0) || !(d.weight >= 0))
       throw Error(origin + ": 'model.diffusion.sigma_data' must be > 0 and 'weight' >= 0");
     non_negative(d.sample_chunk, "model.diffusion.sample_chunk");
+    non_negative(d.bond_weight, "model.diffusion.bond_weight");
   }
   positive(c.model.recycles, "model.recycles");
   non_negative(c.model.memory_chunk_pairs, "model.memory_chunk_pairs");

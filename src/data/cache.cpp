@@ -235,9 +235,11 @@ Entry decode_entry(const unsigned char* data, size_t size, const std::string& or
     per_atom += c >= 0;
   }
   const std::vector<TokenAtom> atoms = r.vec<TokenAtom>(per_atom);
-  e.bonds = r.vec<std::array<int32_t, 2>>(r.peek_count());
-  for (const auto& b : e.bonds)
-    if (b[0] < 0 || b[1] >= static_cast<int64_t>(n) || b[0] >= b[1]) throw Error(origin + ": corrupt cache entry (bond)");
+  e.bonds = r.vec<Bond>(r.peek_count());
+  for (const Bond& b : e.bonds)
+    if (b.i < 0 || b.j >= static_cast<int64_t>(n) || b.i >= b.j || b.slot_i < 0 || b.slot_i >= kMaxAtomsPerToken ||
+        b.slot_j < 0 || b.slot_j >= kMaxAtomsPerToken)
+      throw Error(origin + ": corrupt cache entry (bond)");
   // Back to the dense layout.
   e.coords.assign(n * kMaxAtomsPerToken * 3, 0.f);
   e.atom_mask.assign(n * kMaxAtomsPerToken, 0);

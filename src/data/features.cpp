@@ -126,9 +126,12 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
     out.coords.insert(out.coords.end(), e.coords.begin() + 3 * a, e.coords.begin() + 3 * (a + kMaxAtomsPerToken));
     out.atom_mask.insert(out.atom_mask.end(), e.atom_mask.begin() + a, e.atom_mask.begin() + a + kMaxAtomsPerToken);
   }
-  for (const auto& [i, j] : e.bonds)
-    if (new_index[i] >= 0 && new_index[j] >= 0)
-      out.bonds.push_back({std::min(new_index[i], new_index[j]), std::max(new_index[i], new_index[j])});
+  for (const Bond& b : e.bonds)
+    if (new_index[b.i] >= 0 && new_index[b.j] >= 0) {
+      const bool keep_order = new_index[b.i] < new_index[b.j];
+      out.bonds.push_back(keep_order ? Bond{new_index[b.i], new_index[b.j], b.slot_i, b.slot_j}
+                                     : Bond{new_index[b.j], new_index[b.i], b.slot_j, b.slot_i});
+    }
   std::sort(out.bonds.begin(), out.bonds.end());
   if (!e.msas.empty()) {
     // Each chain's MSA keeps the columns of its kept residues.
@@ -144,7 +147,7 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
 
 std::vector<at::Tensor*> Batch::tensors() {
   return {&restype,      &mol_type,   &residue_index, &token_index,  &asym_id,     &entity_id,      &sym_id,
-          &token_mask,   &token_bonds, &atom_coords,  &atom_mask,    &rep_coords,  &rep_mask,       &rep_slot,
+          &token_mask,   &token_bonds, &bond_atoms,   &bond_mask,    &atom_coords,  &atom_mask,    &rep_coords,  &rep_mask,       &rep_slot,
           &centre_slot,  &centre_mask, &ref.pos,
           &ref.element,  &ref.charge, &ref.mask,      &ref.name_chars, &ref.space_uid, &msa,        &msa_deletion,
           &msa_mask,     &profile,    &deletion_mean};
@@ -192,6 +195,20 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   out.residue_index = at::zeros({B, N}, i64);
   out.token_index = at::zeros({B, N}, i64);
   out.token_bonds = at::zeros({B, N, N}, at::TensorOptions().dtype(at::kByte));
+  int64_t max_bonds = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t nb = 0;
+    if (selections[b].empty()) {
+      nb = static_cast<int64_t>(entries[b]->bonds.size());
+    } else {
+      std::vector<bool> in(entries[b]->n_tokens(), false);
+      for (const int32_t t : selections[b]) in[t] = true;
+      for (const Bond& bond : entries[b]->bonds) nb += in[bond.i] && in[bond.j];
+    }
+    max_bonds = std::max(max_bonds, nb);
+  }
+  out.bond_atoms = at::zeros({B, max_bonds, 2}, i64);
+  out.bond_mask = at::zeros({B, max_bonds}, f32);
   out.asym_id = at::zeros({B, N}, i64);
   out.entity_id = at::zeros({B, N}, i64);
   out.sym_id = at::zeros({B, N}, i64);
@@ -222,6 +239,8 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   auto moltype = out.mol_type.accessor<int64_t, 2>();
   auto tokidx = out.token_index.accessor<int64_t, 2>();
   auto bonds = out.token_bonds.accessor<uint8_t, 3>();
+  auto batoms = out.bond_atoms.accessor<int64_t, 3>();
+  auto bmask = out.bond_mask.accessor<float, 2>();
   auto resid = out.residue_index.accessor<int64_t, 2>();
   auto asym = out.asym_id.accessor<int64_t, 2>();
   auto entity = out.entity_id.accessor<int64_t, 2>();
@@ -253,8 +272,16 @@ Batch make_batch(const std::vector<const Entry*>& entries,
     out.deletion_mean[b].narrow(0, 0, n).copy_(at::from_blob(const_cast<float*>(m.deletion_mean.data()), {n}, f32));
     std::vector<int32_t> position(e.n_tokens(), -1);  // entry token -> batch row
     for (int64_t i = 0; i < n; ++i) position[sel[i]] = static_cast<int32_t>(i);
-    for (const auto& [x, y] : e.bonds)
-      if (position[x] >= 0 && position[y] >= 0) bonds[b][position[x]][position[y]] = bonds[b][position[y]][position[x]] = 1;
+    int64_t nb = 0;
+    for (const Bond& bond : e.bonds) {
+      const int32_t x = position[bond.i], y = position[bond.j];
+      if (x < 0 || y < 0) continue;
+      bonds[b][x][y] = bonds[b][y][x] = 1;
+      batoms[b][nb][0] = x * A + bond.slot_i;
+      batoms[b][nb][1] = y * A + bond.slot_j;
+      bmask[b][nb] = e.atom_mask[bond.i * A + bond.slot_i] && e.atom_mask[bond.j * A + bond.slot_j] ? 1.f : 0.f;
+      ++nb;
+    }
     for (int64_t i = 0; i < static_cast<int64_t>(sel.size()); ++i) {
       const int t = sel[i];
       restype[b][i] = e.restype[t];

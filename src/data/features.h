@@ -36,6 +36,9 @@ struct Batch {
   at::Tensor sym_id;         // [B, N] int64
   at::Tensor token_mask;     // [B, N] float, 1 = real token
   at::Tensor token_bonds;    // [B, N, N] uint8, 1 = bonded (Entry::bonds, both directions)
+  at::Tensor bond_atoms;     // [B, NB, 2] int64 the bonded atoms as indices into the flattened
+                             // [N * kMaxAtomsPerToken] layout (NB = the most bonds of any entry)
+  at::Tensor bond_mask;      // [B, NB] float, 1 = a bond of the entry with both atoms resolved
   at::Tensor atom_coords;    // [B, N, kMaxAtomsPerToken, 3] float, Angstrom
   at::Tensor atom_mask;      // [B, N, kMaxAtomsPerToken] float
   at::Tensor rep_coords;     // [B, N, 3] distogram atom (Entry::representative_slot)

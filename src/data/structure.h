@@ -39,6 +39,8 @@
 
 namespace megafold::data {
 
+class Ccd;
+
 // The atom of a per-atom token (ligand, ion or non-standard residue), in slot 0 of the token.
 struct TokenAtom {
   char name[4] = {};     // CCD atom name, NUL-padded
@@ -52,6 +54,15 @@ struct TokenAtom {
 static_assert(sizeof(TokenAtom) == 20);
 
 inline constexpr double kMaxBondLength = 2.4;  // Angstrom (AF3 SI Sec. 2.8, token_bonds)
+
+// A covalent bond between atom slot slot_i of token i and slot slot_j of token j, i < j.
+struct Bond {
+  int32_t i = 0, j = 0;
+  int8_t slot_i = 0, slot_j = 0;
+  uint8_t pad[2] = {};
+  auto operator<=>(const Bond&) const = default;
+};
+static_assert(sizeof(Bond) == 12);
 
 struct Entry {
   std::string name;  // file stem, e.g. "1ubi"
@@ -70,7 +81,7 @@ struct Entry {
                                        //             -1 for standard residue tokens
   std::vector<TokenAtom> token_atoms;  // [n_token]   per-atom tokens' atoms (zero elsewhere)
   std::vector<std::string> components;  // CCD codes of the per-atom residues, each once
-  std::vector<std::array<int32_t, 2>> bonds;  // token pairs i < j (rule 6), sorted
+  std::vector<Bond> bonds;             // rule 6, sorted
   std::vector<std::string> chain_ids;  // [n_chain]   author chain id per asym_id (ligand chains
                                        //             share their polymer's)
   std::vector<Msa> msas;               // [n_chain] or empty: each chain's MSA over its residues
@@ -109,18 +120,24 @@ inline constexpr double kMaxCoordinate = 9999.0;
 inline constexpr int kMaxCoordinateWarnings = 5;
 // Ligands and non-standard residues take their atoms from `ccd` (rule 3); load_entry(path)
 // uses default_ccd(), and without a table skips them with one warning.
-class Ccd;
 Entry load_entry(const std::string& path);
 Entry load_entry(const std::string& path, const Ccd* ccd);
 
 // Rule 7 on a filled entry: entity_id and sym_id from the chains' molecule types and sequences.
 void assign_entities(Entry& e);
 
-// Reads a protein FASTA file: one chain per record (chain ids A, B, ... in file order),
-// residues numbered from 1, no coordinates (atom_mask all 0). One-letter codes, either case;
-// X, B, Z, J, U, O become UNK; a trailing '*' ends a record. Throws megafold::Error naming the
-// file and line of a character that is not a residue code, or an empty file or record.
+// Reads a FASTA file for prediction: one chain per record (chain ids A, B, ... in file order),
+// residues numbered from 1, no coordinates (atom_mask all 0). A header's '|'-separated fields
+// after the first may name the record's kind (Boltz's convention, any case): protein (the
+// default, so plain and UniProt headers read as proteins), dna, rna, ccd (ligands by CCD code,
+// separated by spaces or commas: per-atom tokens with the CCD's atoms and bonds) or smiles.
+// Protein letters either case, X B Z J U O as UNK; DNA A C G T and RNA A C G U, N or X as the
+// unknown nucleotide; a trailing '*' ends a record. A CCD code the table lacks, and SMILES
+// (no RDKit in this build), are skipped with a warning in Entry::warnings. Throws
+// megafold::Error naming the file and line of a character that is not a residue code, or an
+// empty file or polymer record.
 Entry load_fasta(const std::string& path);
+Entry load_fasta(const std::string& path, const Ccd* ccd);
 
 // True for .fasta .fa .faa .fas file names.
 bool is_fasta_file(const std::string& path);

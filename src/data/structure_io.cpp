@@ -116,7 +116,7 @@ class EntryBuilder {
   bool warned_no_ccd_ = false;
   std::map<const gemmi::Residue*, ResidueTokens> where_;
   std::vector<const gemmi::Residue*> order_;  // residues in token order
-  std::set<std::array<int32_t, 2>> bonds_;
+  std::set<Bond> bonds_;
 };
 
 void EntryBuilder::warn(const gemmi::Chain& chain, const gemmi::Residue& res, const std::string& what) {
@@ -316,7 +316,8 @@ void EntryBuilder::add_bond(std::pair<int, int> a, std::pair<int, int> b) {
     }
     if (d2 > kMaxBondLength * kMaxBondLength) return;
   }
-  bonds_.insert({std::min(a.first, b.first), std::max(a.first, b.first)});
+  if (a.first > b.first) std::swap(a, b);
+  bonds_.insert({a.first, b.first, static_cast<int8_t>(a.second), static_cast<int8_t>(b.second)});
 }
 
 void EntryBuilder::add_bonds(const gemmi::Structure& st, const gemmi::Model& model) {

@@ -99,11 +99,10 @@ std::vector<uint8_t> predicted_atom_mask(const data::Entry& e) {
 }
 
 data::Entry load_input(const std::string& path) {
-  if (data::is_fasta_file(path)) return data::load_fasta(path);
-  MF_CHECK(data::is_structure_file(path), path,
+  MF_CHECK(data::is_fasta_file(path) || data::is_structure_file(path), path,
            ": unknown input type; expected a structure (.cif .mmcif .pdb .ent, optionally .gz) or a FASTA file "
            "(.fasta .fa .faa .fas)");
-  data::Entry e = data::load_entry(path);
+  data::Entry e = data::is_fasta_file(path) ? data::load_fasta(path) : data::load_entry(path);
   for (const std::string& w : e.warnings) std::cerr << "warning: " << w << "\n";
   return e;
 }

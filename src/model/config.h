@@ -21,6 +21,7 @@ struct DiffusionConfig {
   // distogram only); AF3 trains with 48 samples per trunk pass.
   int64_t samples = 0;          // noisy copies per example per step
   double weight = 4.0;          // alpha_diffusion (AF3 SI Sec. 4.2)
+  double bond_weight = 0.0;     // alpha_bond (AF3 SI Eq. 5-6): 0 in initial training, 1 when fine-tuning
   int64_t sampler_steps = 200;  // Alg. 18 steps when sampling (validation, prediction)
   // Samples per chunk of the training loss: each chunk's module activations are recomputed in
   // backward, so memory holds one chunk at a time (AF3 runs 48 samples); 0 = all at once.

@@ -128,6 +128,7 @@ namespace {
 // differentiable total), and the plain MSE and smooth lDDT sums for the logs.
 struct RowTerms {
   at::Tensor x_noisy, t, gt, mask, weight, radius;  // the rows' inputs, targets and per-atom terms
+  at::Tensor bond_atoms, bond_mask;                  // the rows' bonds
 };
 
 std::vector<at::Tensor> row_loss(DiffusionModule& module, const DiffusionModuleImpl::Prepared& prep,
@@ -137,7 +138,11 @@ std::vector<at::Tensor> row_loss(DiffusionModule& module, const DiffusionModuleI
   const at::Tensor mse = aligned_mse_loss(denoised, r.gt, r.weight, r.mask);  // [R]
   const at::Tensor lddt = smooth_lddt_loss(denoised, r.gt, r.mask, r.radius);  // [R]
   const at::Tensor weight = (r.t * r.t + sd * sd) / (r.t * sd).pow(2);
-  return {(weight * mse).sum() + lddt.sum(), mse.sum().detach(), lddt.sum().detach()};
+  const double alpha_bond = module->config().bond_weight;
+  const at::Tensor bond = bond_loss(denoised, r.gt, r.bond_atoms, r.bond_mask);  // [R]
+  at::Tensor structure = mse;
+  if (alpha_bond > 0) structure = structure + alpha_bond * bond;
+  return {(weight * structure).sum() + lddt.sum(), mse.sum().detach(), lddt.sum().detach(), bond.sum().detach()};
 }
 
 }  // namespace
@@ -155,13 +160,14 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
   const at::Tensor mask = per_sample(prep.atom_mask, samples);
   const at::Tensor weight = per_sample(prep.atom_weight.to(opts), samples);
   const at::Tensor radius = per_sample(prep.atom_radius.to(opts), samples);
+  const at::Tensor bond_atoms = per_sample(b.bond_atoms, samples), bond_mask = per_sample(b.bond_mask.to(opts), samples);
   const at::Tensor gt = centre_random_augmentation(per_sample(b.atom_coords.reshape({B, A, 3}).to(opts), samples),
                                                    mask, gen);
   const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
   const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
   std::vector<at::Tensor> sums;
   if (chunk <= 0 || chunk >= samples) {
-    sums = row_loss(module, prep, {x_noisy, t, gt, mask, weight, radius});
+    sums = row_loss(module, prep, {x_noisy, t, gt, mask, weight, radius, bond_atoms, bond_mask});
   } else {
     // Chunks of samples (all examples' rows of samples c0..c0+C), each recomputed in
     // backward: activations of one chunk at a time. The context copy outlives this call
@@ -173,7 +179,8 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
       const at::Tensor rows =
           (at::arange(B, i64).unsqueeze(1) * samples + at::arange(c0, c0 + C, i64).unsqueeze(0)).reshape({-1});
       const RowTerms terms{x_noisy.index_select(0, rows), t.index_select(0, rows), gt.index_select(0, rows),
-                           mask.index_select(0, rows),    weight.index_select(0, rows), radius.index_select(0, rows)};
+                           mask.index_select(0, rows),    weight.index_select(0, rows), radius.index_select(0, rows),
+                           bond_atoms.index_select(0, rows), bond_mask.index_select(0, rows)};
       auto fn = [module, prep, ctx_copy, terms](const std::vector<at::Tensor>& in) mutable {
         DiffusionModuleImpl::Prepared p = prep;
         p.ctx = ctx_copy.get();
@@ -185,7 +192,21 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
       else for (size_t i = 0; i < sums.size(); ++i) sums[i] = sums[i] + part[i];
     }
   }
-  return {sums[0] / R, (sums[1] / R).detach(), (sums[2] / R).detach()};
+  return {sums[0] / R, (sums[1] / R).detach(), (sums[2] / R).detach(), (sums[3] / R).detach()};
+}
+
+at::Tensor bond_loss(const at::Tensor& x, const at::Tensor& gt, const at::Tensor& bond_atoms,
+                     const at::Tensor& bond_mask) {
+  const int64_t R = x.size(0), NB = bond_atoms.size(1);
+  if (NB == 0) return at::zeros({R}, x.options());
+  // Advanced indexing: its backward accumulates by sorted index, deterministic on the GPU too.
+  const at::Tensor rows = at::arange(R, bond_atoms.options()).unsqueeze(1);
+  auto length = [&](const at::Tensor& y) {
+    const at::Tensor a = y.index({rows, bond_atoms.select(2, 0)}), b = y.index({rows, bond_atoms.select(2, 1)});
+    return (a - b).pow(2).sum(-1).clamp_min(1e-12).sqrt();  // [R, NB]
+  };
+  const at::Tensor m = bond_mask.to(x.scalar_type());
+  return (m * (length(x) - length(gt.to(x.scalar_type()))).pow(2)).sum(1) / m.sum(1).clamp_min(1);
 }
 
 at::Tensor noise_schedule(const SamplerConfig& cfg, double sigma_data) {

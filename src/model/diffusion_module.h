@@ -74,14 +74,20 @@ at::Tensor centre_random_augmentation(const at::Tensor& x, const at::Tensor& mas
                                       double s_trans = 1.0);
 
 struct DiffusionLoss {
-  at::Tensor total;        // differentiable scalar: mean over rows of w(t) * MSE + smooth lDDT
+  at::Tensor total;        // differentiable scalar: mean over rows of w(t) (MSE + alpha_bond bond) + smooth lDDT
   at::Tensor mse;          // scalar, unweighted mean over rows
   at::Tensor smooth_lddt;  // scalar, mean over rows
+  at::Tensor bond;         // scalar, mean over rows of the bond loss (0 for a batch without bonds)
 };
+
+// AF3 SI Eq. 5: per row, the mean over bonds of (|x_a - x_b| - |gt_a - gt_b|)^2, x and gt
+// [R, A, 3], bond_atoms [R, NB, 2] int64 atom indices, bond_mask [R, NB] -> [R] (0 without bonds).
+at::Tensor bond_loss(const at::Tensor& x, const at::Tensor& gt, const at::Tensor& bond_atoms, const at::Tensor& bond_mask);
 
 // AF3 SI Sec. 3.7.1: per example `samples` noisy copies of the augmented ground truth with
 // t = sigma_data * exp(-1.2 + 1.5 N(0, 1)); loss weight (t^2 + sigma_data^2) / (t sigma_data)^2
-// on the aligned MSE (the EDM weight, as Protenix and Boltz read AF3's Eq. 6). Deterministic
+// on the aligned MSE plus alpha_bond times the bond loss (the EDM weight, as Protenix and Boltz
+// read AF3's Eq. 6). Deterministic
 // in `seed`. chunk > 0 runs the samples in chunks of that many, each recomputed in backward
 // (same loss and gradients, activation memory of one chunk); 0 runs them all at once.
 DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, int64_t chunk,

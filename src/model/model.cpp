@@ -73,7 +73,7 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   const DistogramMetrics d = distogram_loss(out.distogram_logits, batch.rep_coords,
                                             batch.rep_mask * batch.token_mask,
                                             cfg_.distogram_min, cfg_.distogram_max);
-  Losses l{d.loss, d.loss, d.accuracy, {}, {}, {}, {}};
+  Losses l{d.loss, d.loss, d.accuracy, {}, {}, {}, {}, {}};
   if (!has_diffusion()) return l;
   const TrunkContext ctx{&batch, out.s_inputs, out.s, out.z};
   const DiffusionLoss dl = diffusion_loss(diffusion_, ctx, cfg_.diffusion.samples,
@@ -81,6 +81,7 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   l.total = l.total + cfg_.diffusion.weight * dl.total;
   l.diffusion_mse = dl.mse;
   l.smooth_lddt = dl.smooth_lddt;
+  l.bond = dl.bond;
   if (!confidence || !has_confidence()) return l;
   // AF3 SI Sec. 4.3: the head learns on the model's own structure from a short rollout.
   SamplerConfig rollout;

@@ -29,6 +29,7 @@ struct Losses {
   at::Tensor distogram_accuracy; // scalar, no grad
   at::Tensor diffusion_mse;      // scalar, no grad; undefined without the diffusion module
   at::Tensor smooth_lddt;        // scalar, no grad; undefined without the diffusion module
+  at::Tensor bond;               // scalar, no grad: the bond loss (AF3 Eq. 5); likewise
   at::Tensor plddt;              // scalar, no grad: pLDDT cross-entropy; undefined unless trained this step
   at::Tensor plddt_target;       // scalar, no grad: mean per-atom lDDT of the rollout structure
 };

@@ -462,6 +462,7 @@ void Run::log(int64_t step, const StepOutcome& s, const data::Batch& batch, doub
   if (s.loss.diffusion_mse.defined()) {
     fields["diffusion_mse"] = s.loss.diffusion_mse.item<double>();
     fields["smooth_lddt_loss"] = s.loss.smooth_lddt.item<double>();
+    fields["bond_loss"] = s.loss.bond.item<double>();
   }
   // The head trains every confidence.every steps: log its latest values.
   if (last_plddt_) {

@@ -135,6 +135,25 @@ TEST_F(DiffusionModuleTest, ChunkedLossEqualsTheLossOfAllSamplesAtOnce) {
   EXPECT_GT(whole[4].abs().sum().item<float>(), 0.f);  // the trunk's pair gets a gradient
 }
 
+// AF3 SI Eq. 5: squared error of bonded distances, averaged over a row's resolved bonds; a
+// rigid motion changes nothing; the gradient matches finite differences.
+TEST(BondLoss, SquaredErrorOfBondLengths) {
+  const at::Tensor gt = at::tensor({0., 0., 0., 1.5, 0., 0., 1.5, 1.4, 0., 9., 9., 9.}, at::kDouble).view({1, 4, 3});
+  at::Tensor x = gt.clone();
+  x[0][1][0] = 2.0;  // bond 0-1 stretched from 1.5 to 2.0 A
+  const at::Tensor atoms = at::tensor({0, 1, 1, 2, 2, 3}, at::kLong).view({1, 3, 2});
+  const at::Tensor mask = at::tensor({1., 1., 0.}, at::kDouble).view({1, 3});  // the bond to atom 3 unresolved
+  const double d12 = std::sqrt(0.5 * 0.5 + 1.4 * 1.4);
+  const double expected = (0.25 + std::pow(d12 - 1.4, 2)) / 2;
+  EXPECT_NEAR(bond_loss(x, gt, atoms, mask).item<double>(), expected, 1e-12);
+  const at::Tensor rot = std::get<0>(at::linalg_qr(at::randn({3, 3}, at::kDouble)));
+  EXPECT_NEAR(bond_loss(at::matmul(x, rot) + 3.0, gt, atoms, mask).item<double>(), expected, 1e-12);
+  EXPECT_EQ(bond_loss(x, gt, at::zeros({1, 0, 2}, at::kLong), at::zeros({1, 0}, at::kDouble)).item<double>(), 0.0);
+  const at::Tensor xg = (x + 0.1 * at::randn_like(x)).requires_grad_(true);
+  expect_gradients_match_finite_differences(
+      [&](const std::vector<at::Tensor>& v) { return bond_loss(v[0], gt, atoms, mask); }, {xg});
+}
+
 TEST_F(DiffusionModuleTest, SamplingIsDeterministicInItsSeed) {
   auto s = setup();
   DiffusionModule m(s->cfg, s->trunk, 32);

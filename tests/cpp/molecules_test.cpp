@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -66,8 +67,9 @@ std::pair<int, int> find_atom(const Entry& e, const std::string& chain, MolType 
   return {-1, -1};
 }
 
-bool bonded(const Entry& e, int i, int j) {
-  const std::array<int32_t, 2> key{std::min(i, j), std::max(i, j)};
+bool bonded(const Entry& e, std::pair<int, int> a, std::pair<int, int> b) {
+  if (a.first > b.first) std::swap(a, b);
+  const Bond key{a.first, b.first, static_cast<int8_t>(a.second), static_cast<int8_t>(b.second)};
   return std::binary_search(e.bonds.begin(), e.bonds.end(), key);
 }
 
@@ -199,27 +201,27 @@ TEST(Molecules, BondsFollowTheFileLinksAndTheCcd) {
   const auto nag2_o4 = find_atom(e, "C", MolType::kLigand, 2, "O4");
   const auto bma = find_atom(e, "C", MolType::kLigand, 3, "C1");
   for (const auto& a : {asn, nag1, nag1_o4, nag2, nag2_o4, bma}) ASSERT_GE(a.first, 0);
-  EXPECT_TRUE(bonded(e, asn.first, nag1.first));
-  EXPECT_TRUE(bonded(e, nag1_o4.first, nag2.first));
-  EXPECT_TRUE(bonded(e, nag2_o4.first, bma.first));
+  EXPECT_TRUE(bonded(e, asn, nag1));  // ND2 in ASN's slot 7, C1 in the NAG token's slot 0
+  EXPECT_EQ(asn.second, atom_slot(amino_acid_index("ASN"), "ND2"));
+  EXPECT_TRUE(bonded(e, nag1_o4, nag2));
+  EXPECT_TRUE(bonded(e, nag2_o4, bma));
   // Inside NAG 1 of chain C: every CCD bond between its heavy atoms, and nothing else.
   const CcdComponent* nag = c.find("NAG");
-  std::set<std::array<int32_t, 2>> expected;
+  std::set<std::pair<int32_t, int32_t>> expected;
   for (const CcdBond& b : nag->bonds) {
     const auto x = find_atom(e, "C", MolType::kLigand, 1, std::string(nag->atoms[b.a].atom_name()));
     const auto y = find_atom(e, "C", MolType::kLigand, 1, std::string(nag->atoms[b.b].atom_name()));
     if (x.first >= 0 && y.first >= 0) expected.insert({std::min(x.first, y.first), std::max(x.first, y.first)});
   }
-  std::set<std::array<int32_t, 2>> inside;
-  for (const auto& b : e.bonds) {
-    EXPECT_LT(b[0], b[1]);
-    EXPECT_TRUE(e.per_atom(b[0]) || e.per_atom(b[1])) << "standard-standard bond " << b[0] << "-" << b[1];
-    const bool in_nag = [&](int i) {
-      return e.per_atom(i) && e.chain_ids[e.asym_id[i]] == "C" && e.author_index[i] == 1 && e.residue_code(i) == "NAG";
-    }(b[0]);
-    const bool in_nag2 =
-        e.per_atom(b[1]) && e.chain_ids[e.asym_id[b[1]]] == "C" && e.author_index[b[1]] == 1 && e.residue_code(b[1]) == "NAG";
-    if (in_nag && in_nag2) inside.insert(b);
+  auto in_nag = [&](int i) {
+    return e.per_atom(i) && e.chain_ids[e.asym_id[i]] == "C" && e.author_index[i] == 1 && e.residue_code(i) == "NAG";
+  };
+  std::set<std::pair<int32_t, int32_t>> inside;
+  for (const Bond& b : e.bonds) {
+    EXPECT_LT(b.i, b.j);
+    EXPECT_TRUE(e.per_atom(b.i) || e.per_atom(b.j)) << "standard-standard bond " << b.i << "-" << b.j;
+    if (e.per_atom(b.i)) EXPECT_EQ(b.slot_i, 0);
+    if (in_nag(b.i) && in_nag(b.j)) inside.insert({b.i, b.j});
   }
   EXPECT_EQ(inside, expected);
   // NAG C 1 has all 14 heavy atoms but the leaving O1 (replaced by the link to ASN 349): all
@@ -237,7 +239,7 @@ TEST(Molecules, BondsFollowTheFileLinksAndTheCcd) {
     // The previous residue's O3' is bonded to this P.
     const int prev = dna.author_index[i] - 1;
     const auto o3 = find_atom(dna, dna.chain_ids[dna.asym_id[i]], MolType::kDna, prev, "O3'");
-    if (o3.first >= 0) EXPECT_TRUE(bonded(dna, o3.first, i));
+    if (o3.first >= 0) EXPECT_TRUE(bonded(dna, o3, {i, 0}));
   }
 }
 
@@ -324,8 +326,16 @@ TEST(Molecules, CacheAndBatchKeepLigands) {
       EXPECT_EQ(bonds[0][i][j], bonds[0][j][i]);
       n_bonds += bonds[0][i][j];
     }
-  EXPECT_EQ(n_bonds, 2 * static_cast<int64_t>(e.bonds.size()));
-  for (const auto& [i, j] : e.bonds) EXPECT_EQ(bonds[0][i][j], 1);
+  std::set<std::pair<int32_t, int32_t>> token_pairs;
+  for (const Bond& bond : e.bonds) token_pairs.insert({bond.i, bond.j});
+  EXPECT_EQ(n_bonds, 2 * static_cast<int64_t>(token_pairs.size()));
+  ASSERT_EQ(b.bond_atoms.size(1), static_cast<int64_t>(e.bonds.size()));
+  for (size_t k = 0; k < e.bonds.size(); ++k) {
+    const Bond& bond = e.bonds[k];
+    EXPECT_EQ(bonds[0][bond.i][bond.j], 1);
+    EXPECT_EQ(b.bond_atoms[0][k][0].item<int64_t>(), bond.i * kMaxAtomsPerToken + bond.slot_i);
+    EXPECT_EQ(b.bond_atoms[0][k][1].item<int64_t>(), bond.j * kMaxAtomsPerToken + bond.slot_j);
+  }
 }
 
 // A component the CCD lacks is skipped with a warning naming the file, chain and residue; a
@@ -366,6 +376,52 @@ TEST(Molecules, MalformedComponentsAreSkippedByName) {
   EXPECT_EQ(none.n_chains(), 2);
   ASSERT_FALSE(none.warnings.empty());
   EXPECT_NE(none.warnings.front().find("no CCD table"), std::string::npos) << none.warnings.front();
+}
+
+// FASTA records of every kind (Boltz's header convention): DNA, RNA, ligands by CCD code with
+// the CCD's atoms and bonds, unknown codes and SMILES skipped with warnings naming file, line
+// and chain; nucleotide letters checked per molecule type.
+TEST(Molecules, FastaRecordsOfEveryKind) {
+  const Ccd& c = ccd();
+  TempDir dir;
+  const std::string p = dir.write("mix.fasta",
+                                  ">A|protein\nMKTAY\n>B|DNA\nacgtn\n>C|rna|msa.a3m\nACGUX\n>D|ccd\nATP, mg\n"
+                                  ">E|ccd\nZ0Q\n>F|smiles\nCCO\n>sp|P69905|HBA_HUMAN\nMVLS\n");
+  ASSERT_EQ(c.find("Z0Q"), nullptr);
+  const Entry e = load_fasta(p);
+  ASSERT_EQ(e.n_chains(), 5);
+  EXPECT_EQ(e.chain_mol_type(0), MolType::kProtein);
+  EXPECT_EQ(e.chain_mol_type(1), MolType::kDna);
+  EXPECT_EQ(e.sequence(1), "ACGTN");
+  EXPECT_EQ(e.chain_mol_type(2), MolType::kRna);
+  EXPECT_EQ(e.sequence(2), "ACGUN");
+  EXPECT_EQ(e.chain_mol_type(3), MolType::kLigand);
+  EXPECT_EQ(e.sequence(3), "ATP.MG");
+  EXPECT_EQ(e.chain_mol_type(4), MolType::kProtein);  // a UniProt header is a protein record
+  int atp_atoms = 0;
+  for (const CcdAtom& a : c.find("ATP")->atoms) atp_atoms += !a.leaving();
+  int ligand_tokens = 0;
+  for (int i = 0; i < e.n_tokens(); ++i) ligand_tokens += e.asym_id[i] == 3;
+  EXPECT_EQ(ligand_tokens, atp_atoms + 1);
+  int atp_bonds = 0;
+  for (const CcdBond& b : c.find("ATP")->bonds) atp_bonds += !c.find("ATP")->atoms[b.a].leaving() && !c.find("ATP")->atoms[b.b].leaving();
+  EXPECT_EQ(static_cast<int>(e.bonds.size()), atp_bonds);
+  EXPECT_TRUE(std::all_of(e.atom_mask.begin(), e.atom_mask.end(), [](uint8_t m) { return m == 0; }));
+  ASSERT_EQ(e.warnings.size(), 2u);
+  EXPECT_NE(e.warnings[0].find("mix.fasta:9: chain E component Z0Q is not in the CCD"), std::string::npos) << e.warnings[0];
+  EXPECT_NE(e.warnings[1].find("mix.fasta:11: chain E: SMILES"), std::string::npos) << e.warnings[1];
+
+  auto error = [&](const std::string& text) {
+    try {
+      load_fasta(dir.write("bad.fasta", text));
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(">A|dna\nACGU\n").find(":2:4: 'U' is not a DNA nucleotide code"), std::string::npos);
+  EXPECT_NE(error(">A|rna\nACGT\n").find(":2:4: 'T' is not an RNA nucleotide code"), std::string::npos);
+  EXPECT_NE(error(">A|ccd\nZ0Q\n").find("no residues or ligands left"), std::string::npos);
 }
 
 // RNA alignments: letters read with the RNA alphabet (T as U, others as N).

@@ -57,6 +57,13 @@ TEST(Config, BuiltinsParseAndFullSizeIsAf3) {
   EXPECT_EQ(full.model.tri_attn_heads * full.model.tri_attn_head_dim, 128);
   EXPECT_EQ(full.model.single_attn_heads, 16);
   EXPECT_TRUE(full.model.checkpoint_blocks);
+  // AF3 trains without the bond loss and fine-tunes with it (alpha_bond = 1), on larger crops
+  // with 32 diffusion samples.
+  EXPECT_EQ(full.model.diffusion.bond_weight, 0.0);
+  const TrainConfig fine = load_config("af3-finetune");
+  EXPECT_EQ(fine.model.diffusion.bond_weight, 1.0);
+  EXPECT_EQ(fine.model.diffusion.samples, 32);
+  EXPECT_EQ(fine.data.crop_size, 640);
 }
 
 // Command-line assignments: dotted keys into nested sections, values read as JSON or else as
