@@ -1,6 +1,7 @@
 // `megafold eval`: lDDT of sampled structures over a directory of structures.
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,9 @@
 
 namespace megafold::cli {
 namespace {
+
+// A ligand pose counts as correct below this pocket-aligned RMSD (the PoseBusters convention).
+constexpr double kLigandSuccessRmsd = 2.0;
 
 double mean(const std::vector<double>& xs) {
   double s = 0;
@@ -47,9 +51,11 @@ int eval_main(const std::vector<std::string>& argv) {
   if (args.has("help")) {
     std::cout << usage("eval",
                        "Sample structures for every entry of a directory and score them against the deposited "
-                       "coordinates: lDDT-CA and all-atom lDDT per entry and on average, plus mean pLDDT with a "
-                       "confidence head. Prints a table and writes JSON. Unreadable files are skipped with a "
-                       "warning and listed in the JSON.",
+                       "coordinates: lDDT-CA (CA/C1') and all-atom lDDT per entry and on average, all-atom lDDT "
+                       "per molecule type (protein, rna, dna, ligand), ligand RMSD after superposing the pocket "
+                       "(polymer CA/C1' within 10 A of the ligand) and the fraction of ligands below 2 A, plus "
+                       "mean pLDDT with a confidence head. Prints a table and writes JSON. Unreadable files are "
+                       "skipped with a warning and listed in the JSON.",
                        specs);
     return 0;
   }
@@ -68,7 +74,8 @@ int eval_main(const std::vector<std::string>& argv) {
   infer::Predictor predictor(*args.get("checkpoint"), po);
 
   nlohmann::json rows = nlohmann::json::array(), skipped = nlohmann::json::array();
-  std::vector<double> all_ca, all_atom, all_plddt;
+  std::vector<double> all_ca, all_atom, all_plddt, all_rmsd;
+  std::array<std::vector<double>, data::kNumMolTypes> type_lddt;
   std::map<std::string, std::string> seen;  // entry name -> the file it was scored from
   std::printf("%-12s %7s %9s %9s %13s %7s %8s\n", "entry", "tokens", "lDDT-CA", "best-CA", "all-atom lDDT", "pLDDT",
               "seconds");
@@ -111,6 +118,29 @@ int eval_main(const std::vector<std::string>& argv) {
     nlohmann::json row = {{"entry", e.name}, {"path", path}, {"tokens", e.n_tokens()}, {"validation", validation},
                           {"lddt_ca", mean(r.lddt_ca)}, {"lddt_ca_best", *std::max_element(r.lddt_ca.begin(), r.lddt_ca.end())},
                           {"lddt_all_atom", mean(r.lddt_all)}, {"seconds", seconds}};
+    // Per molecule type (the types the entry has) and per ligand chain, averaged over samples.
+    nlohmann::json by_type = nlohmann::json::object();
+    for (int m = 0; m < data::kNumMolTypes; ++m) {
+      std::vector<double> v;
+      for (const auto& s : r.lddt_by_type)
+        if (std::isfinite(s[m])) v.push_back(s[m]);
+      if (!v.empty()) {
+        by_type[std::string(data::mol_type_name(static_cast<data::MolType>(m)))] = mean(v);
+        type_lddt[m].push_back(mean(v));
+      }
+    }
+    row["lddt_by_type"] = by_type;
+    std::vector<double> rmsd;
+    for (const auto& s : r.ligand_rmsd)
+      for (const double x : s)
+        if (std::isfinite(x)) rmsd.push_back(x);
+    if (!rmsd.empty()) {
+      int good = 0;
+      for (const double x : rmsd) good += x < kLigandSuccessRmsd;
+      row["ligand_rmsd"] = mean(rmsd);
+      row["ligand_rmsd_below_2A"] = static_cast<double>(good) / static_cast<double>(rmsd.size());
+      all_rmsd.insert(all_rmsd.end(), rmsd.begin(), rmsd.end());
+    }
     const double plddt = mean(r.plddt_mean);
     if (r.plddt.defined()) {
       row["plddt"] = plddt;
@@ -135,6 +165,24 @@ int eval_main(const std::vector<std::string>& argv) {
                             {"lddt_ca", mean(all_ca)}, {"lddt_all_atom", mean(all_atom)}, {"rows", rows},
                             {"skipped", skipped}};
   if (!all_plddt.empty()) summary["plddt"] = mean(all_plddt);
+  nlohmann::json by_type = nlohmann::json::object();
+  for (int m = 0; m < data::kNumMolTypes; ++m)
+    if (!type_lddt[m].empty()) by_type[std::string(data::mol_type_name(static_cast<data::MolType>(m)))] = mean(type_lddt[m]);
+  summary["lddt_by_type"] = by_type;
+  if (!all_rmsd.empty()) {
+    int good = 0;
+    for (const double x : all_rmsd) good += x < kLigandSuccessRmsd;
+    summary["ligand_rmsd"] = mean(all_rmsd);
+    summary["ligand_rmsd_below_2A"] = static_cast<double>(good) / static_cast<double>(all_rmsd.size());
+    summary["ligands"] = all_rmsd.size();
+  }
+  for (int m = 0; m < data::kNumMolTypes; ++m)
+    if (!type_lddt[m].empty())
+      std::printf("lDDT %-8s %9.4f over %zu entries\n", std::string(data::mol_type_name(static_cast<data::MolType>(m))).c_str(),
+                  mean(type_lddt[m]), type_lddt[m].size());
+  if (!all_rmsd.empty())
+    std::printf("ligand RMSD (pocket-aligned) %.2f A mean, %.0f%% below 2 A, over %zu ligand chains x samples\n",
+                mean(all_rmsd), 100.0 * summary["ligand_rmsd_below_2A"].get<double>(), all_rmsd.size());
   const std::string out = args.get("out").value_or("eval.json");
   write_file_atomically(out, summary.dump(2) + "\n");
   std::cout << "wrote " << out << std::endl;

@@ -83,6 +83,12 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
     for (int64_t k = 0; k < samples; ++k) {
       r.lddt_ca.push_back(sc.lddt_ca[k].item<double>());
       r.lddt_all.push_back(sc.lddt_all[k].item<double>());
+      std::array<double, data::kNumMolTypes> by_type{};
+      for (int m = 0; m < data::kNumMolTypes; ++m) by_type[m] = sc.lddt_by_type[k][m].item<double>();
+      r.lddt_by_type.push_back(by_type);
+      std::vector<double> rmsd;
+      for (int64_t l = 0; l < sc.ligand_rmsd.size(1); ++l) rmsd.push_back(sc.ligand_rmsd[k][l].item<double>());
+      r.ligand_rmsd.push_back(rmsd);
     }
   }
   return r;

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct PredictedEntry {
                                    // without a confidence head
   std::vector<double> lddt_ca;  // per sample, against the entry's coordinates; empty when the
   std::vector<double> lddt_all; // entry has none (FASTA input)
+  std::vector<std::array<double, data::kNumMolTypes>> lddt_by_type;  // per sample (NaN: no such atoms)
+  std::vector<std::vector<double>> ligand_rmsd;  // per sample, per ligand chain (pocket-aligned; NaN:
+                                                 // no resolved atom or pocket)
 };
 
 class Predictor {

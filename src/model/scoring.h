@@ -9,15 +9,27 @@ namespace megafold::model {
 
 struct StructureScores {
   at::Tensor lddt_ca;   // [R] lDDT over the polymer tokens' C-alpha / C1' atoms (pairs of different tokens)
-  at::Tensor lddt_all;  // [R] lDDT over all resolved heavy atoms (pairs of different residues)
+  at::Tensor lddt_all;  // [R] lDDT over all resolved heavy atoms (pairs of different tokens)
+  // [R, kNumMolTypes] lDDT of the pairs (l, m) whose first atom l is of each molecule type
+  // (protein, RNA, DNA, ligand) against every other resolved atom: the part of lddt_all that
+  // concerns that type; NaN for a type the example does not have.
+  at::Tensor lddt_by_type;
+  // [R, L] per ligand chain (L = the most ligand chains of any example, NaN past an example's
+  // own): RMSD in Angstrom of its resolved atoms after superposing the prediction's pocket on
+  // the ground truth's (the polymer centre atoms within kPocketRadius of the ligand in the
+  // ground truth; all polymer centre atoms when fewer than 3 are that close).
+  at::Tensor ligand_rmsd;
 };
+
+inline constexpr double kPocketRadius = 10.0;  // Angstrom, as PoseBusters defines a pocket
 
 // Token index of every atom slot of the dense layout, [R, N * kMaxAtomsPerToken] int64: the
 // residue ids that lDDT uses to skip pairs within one residue.
 at::Tensor atom_token_index(int64_t R, int64_t N, const at::Device& device);
 
 // pred [R, N * kMaxAtomsPerToken, 3] with R = B * samples rows, example-major (as sampled);
-// scored on the atoms the batch resolves. Float64 arithmetic, no gradients.
+// scored on the atoms the batch resolves (only those: memory is [R, A_resolved^2], not the
+// dense layout's). Float64 arithmetic, no gradients.
 StructureScores score_structures(const at::Tensor& pred, const data::Batch& batch);
 
 }  // namespace megafold::model

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -21,6 +22,7 @@
 #include "data/msa.h"
 #include "data/reference_atoms.h"
 #include "data/structure.h"
+#include "model/scoring.h"
 #include "testing.h"
 
 namespace megafold::data {
@@ -422,6 +424,37 @@ TEST(Molecules, FastaRecordsOfEveryKind) {
   EXPECT_NE(error(">A|dna\nACGU\n").find(":2:4: 'U' is not a DNA nucleotide code"), std::string::npos);
   EXPECT_NE(error(">A|rna\nACGT\n").find(":2:4: 'T' is not an RNA nucleotide code"), std::string::npos);
   EXPECT_NE(error(">A|ccd\nZ0Q\n").find("no residues or ligands left"), std::string::npos);
+}
+
+// Scores of structures with ligands: the ground truth and any rigid motion of it score lDDT 1
+// per molecule type and ligand RMSD 0; a ligand shifted by 2 A off its pocket scores RMSD 2
+// whatever the whole prediction's frame; types an entry lacks are NaN.
+TEST(Molecules, ScoresPerMoleculeTypeAndLigandRmsd) {
+  ccd();
+  const Entry e = load_entry(kData + "/1a28.pdb.gz");  // protein and two steroid chains
+  const Batch b = make_batch({&e}, {{}}, 0, {});
+  const int64_t A = b.n_tokens() * kMaxAtomsPerToken;
+  const at::Tensor truth = b.atom_coords.reshape({1, A, 3});
+  const at::Tensor rot = std::get<0>(at::linalg_qr(at::randn({3, 3}, at::kDouble))).to(at::kFloat);
+  const at::Tensor moved = at::matmul(truth, rot) + 5.0;
+  // Ligand chain 2 (the steroid of chain A) shifted by (2, 0, 0) in a copy of the truth.
+  at::Tensor shifted = truth.clone();
+  const at::Tensor lig = (b.asym_id[0] == 2).repeat_interleave(kMaxAtomsPerToken);
+  shifted.select(2, 0).index_put_({at::indexing::Slice(), lig}, shifted.select(2, 0).index({at::indexing::Slice(), lig}) + 2.0);
+  const model::StructureScores s = model::score_structures(at::cat({truth, moved, at::matmul(shifted, rot)}), b);
+  ASSERT_EQ(s.ligand_rmsd.sizes(), (at::IntArrayRef{3, 2}));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(s.lddt_all[r].item<double>(), 1.0, 1e-6);
+    EXPECT_NEAR(s.lddt_by_type[r][static_cast<int>(MolType::kProtein)].item<double>(), 1.0, 1e-6);
+    EXPECT_NEAR(s.lddt_by_type[r][static_cast<int>(MolType::kLigand)].item<double>(), 1.0, 1e-6);
+    EXPECT_TRUE(std::isnan(s.lddt_by_type[r][static_cast<int>(MolType::kDna)].item<double>()));
+    EXPECT_NEAR(s.ligand_rmsd[r][0].item<double>(), 0.0, 1e-3);
+    EXPECT_NEAR(s.ligand_rmsd[r][1].item<double>(), 0.0, 1e-3);
+  }
+  EXPECT_NEAR(s.ligand_rmsd[2][0].item<double>(), 2.0, 1e-3);  // the shifted steroid
+  EXPECT_NEAR(s.ligand_rmsd[2][1].item<double>(), 0.0, 1e-3);  // the other one is in place
+  EXPECT_LT(s.lddt_by_type[2][static_cast<int>(MolType::kLigand)].item<double>(), 1.0);
+  EXPECT_NEAR(s.lddt_by_type[2][static_cast<int>(MolType::kProtein)].item<double>(), 1.0, 0.05);
 }
 
 // RNA alignments: letters read with the RNA alphabet (T as U, others as N).
