@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "data/ccd.h"
+#include "data/smiles.h"
 #include "data/structure.h"
 
 namespace megafold::data {
@@ -134,6 +135,39 @@ void add_ligands(Entry& e, const Record& r, const std::string& path, int asym, c
   }
 }
 
+// A smiles record: one ligand residue of per-atom tokens with an RDKit conformer as its
+// reference (seeded by the SMILES text, so a prediction is repeatable); named LIG, LIG2, ...
+// A SMILES RDKit cannot use (or no RDKit) is skipped with a warning giving the reason.
+void add_smiles(Entry& e, const Record& r, const std::string& path, int asym) {
+  std::string smiles;
+  for (const char c : r.text)
+    if (!std::isspace(static_cast<unsigned char>(c))) smiles.push_back(c);
+  const std::string where = path + ":" + std::to_string(r.line) + ": chain " + chain_name(asym);
+  if (smiles.empty()) throw Error(where + ": smiles record without a SMILES");
+  SmilesLigand lig;
+  try {
+    uint64_t seed = 1469598103934665603ull;  // FNV-1a of the SMILES
+    for (const char c : smiles) seed = (seed ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    lig = smiles_ligand(smiles, seed);
+  } catch (const Error& ex) {
+    e.warnings.push_back(where + " SMILES '" + smiles + "': " + ex.what() + "; skipped");
+    return;
+  }
+  int k = 1;
+  std::string code = "LIG";
+  while (std::find(e.components.begin(), e.components.end(), code) != e.components.end()) code = "LIG" + std::to_string(++k);
+  e.components.push_back(code);
+  const auto component = static_cast<int32_t>(e.components.size() - 1);
+  const int first = e.n_tokens();
+  for (const TokenAtom& a : lig.atoms) {
+    push_residue(e, kUnknownAminoAcid, asym, 1);
+    e.mol_type.back() = static_cast<int8_t>(MolType::kLigand);
+    e.component.back() = component;
+    e.token_atoms.back() = a;
+  }
+  for (const auto& [i, j] : lig.bonds) e.bonds.push_back({first + std::min(i, j), first + std::max(i, j), 0, 0});
+}
+
 }  // namespace
 
 bool is_fasta_file(const std::string& path) {
@@ -179,12 +213,8 @@ Entry load_fasta(const std::string& path, const Ccd* ccd) {
     const int asym = e.n_chains();
     const int before = e.n_tokens();
     if (r.kind == RecordKind::kSmiles) {
-      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_name(asym) +
-                           ": SMILES ligands need RDKit, which this build does not have; give the ligand by CCD code "
-                           "(a 'ccd' record) instead; skipped");
-      continue;
-    }
-    if (r.kind == RecordKind::kCcd) {
+      add_smiles(e, r, path, asym);
+    } else if (r.kind == RecordKind::kCcd) {
       add_ligands(e, r, path, asym, ccd);
     } else {
       add_polymer(e, r, path, asym);

@@ -132,8 +132,10 @@ void assign_entities(Entry& e);
 // default, so plain and UniProt headers read as proteins), dna, rna, ccd (ligands by CCD code,
 // separated by spaces or commas: per-atom tokens with the CCD's atoms and bonds) or smiles.
 // Protein letters either case, X B Z J U O as UNK; DNA A C G T and RNA A C G U, N or X as the
-// unknown nucleotide; a trailing '*' ends a record. A CCD code the table lacks, and SMILES
-// (no RDKit in this build), are skipped with a warning in Entry::warnings. Throws
+// unknown nucleotide; a trailing '*' ends a record. A smiles record is one ligand (LIG, LIG2,
+// ...) with an RDKit ETKDGv3 conformer as its reference (data/smiles.h). A CCD code the table
+// lacks, and a SMILES that RDKit cannot parse or embed (or a host without RDKit), are skipped
+// with a warning in Entry::warnings naming file, line and chain. Throws
 // megafold::Error naming the file and line of a character that is not a residue code, or an
 // empty file or polymer record.
 Entry load_fasta(const std::string& path);

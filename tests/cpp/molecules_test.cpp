@@ -21,6 +21,7 @@
 #include "data/features.h"
 #include "data/msa.h"
 #include "data/reference_atoms.h"
+#include "data/smiles.h"
 #include "data/structure.h"
 #include "model/scoring.h"
 #include "testing.h"
@@ -381,14 +382,14 @@ TEST(Molecules, MalformedComponentsAreSkippedByName) {
 }
 
 // FASTA records of every kind (Boltz's header convention): DNA, RNA, ligands by CCD code with
-// the CCD's atoms and bonds, unknown codes and SMILES skipped with warnings naming file, line
-// and chain; nucleotide letters checked per molecule type.
+// the CCD's atoms and bonds, unknown codes and unusable SMILES skipped with warnings naming
+// file, line and chain; nucleotide letters checked per molecule type.
 TEST(Molecules, FastaRecordsOfEveryKind) {
   const Ccd& c = ccd();
   TempDir dir;
   const std::string p = dir.write("mix.fasta",
                                   ">A|protein\nMKTAY\n>B|DNA\nacgtn\n>C|rna|msa.a3m\nACGUX\n>D|ccd\nATP, mg\n"
-                                  ">E|ccd\nZ0Q\n>F|smiles\nCCO\n>sp|P69905|HBA_HUMAN\nMVLS\n");
+                                  ">E|ccd\nZ0Q\n>F|smiles\nC1CC(\n>sp|P69905|HBA_HUMAN\nMVLS\n");
   ASSERT_EQ(c.find("Z0Q"), nullptr);
   const Entry e = load_fasta(p);
   ASSERT_EQ(e.n_chains(), 5);
@@ -411,7 +412,8 @@ TEST(Molecules, FastaRecordsOfEveryKind) {
   EXPECT_TRUE(std::all_of(e.atom_mask.begin(), e.atom_mask.end(), [](uint8_t m) { return m == 0; }));
   ASSERT_EQ(e.warnings.size(), 2u);
   EXPECT_NE(e.warnings[0].find("mix.fasta:9: chain E component Z0Q is not in the CCD"), std::string::npos) << e.warnings[0];
-  EXPECT_NE(e.warnings[1].find("mix.fasta:11: chain E: SMILES"), std::string::npos) << e.warnings[1];
+  // Unparsable with RDKit, or no RDKit: skipped either way, by name.
+  EXPECT_NE(e.warnings[1].find("mix.fasta:11: chain E SMILES 'C1CC('"), std::string::npos) << e.warnings[1];
 
   auto error = [&](const std::string& text) {
     try {
@@ -455,6 +457,46 @@ TEST(Molecules, ScoresPerMoleculeTypeAndLigandRmsd) {
   EXPECT_NEAR(s.ligand_rmsd[2][1].item<double>(), 0.0, 1e-3);  // the other one is in place
   EXPECT_LT(s.lddt_by_type[2][static_cast<int>(MolType::kLigand)].item<double>(), 1.0);
   EXPECT_NEAR(s.lddt_by_type[2][static_cast<int>(MolType::kProtein)].item<double>(), 1.0, 0.05);
+}
+
+// SMILES through the RDKit plugin: aspirin's 13 heavy atoms (C9 O4) and 13 bonds with an
+// ETKDG conformer whose bonded distances are chemical (1.1-1.6 A), the same for the same seed;
+// a SMILES RDKit cannot parse is an error saying so, and a FASTA smiles record a ligand chain.
+TEST(Molecules, SmilesLigandsThroughRdkit) {
+  if (rdkit_plugin_path().empty()) GTEST_SKIP() << "built without RDKit (setup installs librdkit-dev)";
+  const SmilesLigand a = smiles_ligand("CC(=O)Oc1ccccc1C(=O)O", 7);
+  ASSERT_EQ(a.atoms.size(), 13u);
+  EXPECT_EQ(a.bonds.size(), 13u);
+  std::map<int, int> elements;
+  for (const TokenAtom& t : a.atoms) ++elements[t.element];
+  EXPECT_EQ(elements[6], 9);
+  EXPECT_EQ(elements[8], 4);
+  EXPECT_EQ(a.atoms[0].atom_name(), "C1");
+  for (const auto& [i, j] : a.bonds) {
+    double d2 = 0;
+    for (int x = 0; x < 3; ++x) d2 += std::pow(a.atoms[i].ref_pos[x] - a.atoms[j].ref_pos[x], 2);
+    EXPECT_GT(std::sqrt(d2), 1.1);
+    EXPECT_LT(std::sqrt(d2), 1.6);
+  }
+  const SmilesLigand again = smiles_ligand("CC(=O)Oc1ccccc1C(=O)O", 7);
+  for (size_t k = 0; k < a.atoms.size(); ++k)
+    for (int x = 0; x < 3; ++x) EXPECT_EQ(again.atoms[k].ref_pos[x], a.atoms[k].ref_pos[x]);
+  const SmilesLigand ion = smiles_ligand("[Mg+2]", 1);
+  ASSERT_EQ(ion.atoms.size(), 1u);
+  EXPECT_EQ(ion.atoms[0].charge, 2);
+  try {
+    smiles_ligand("C1CC(", 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot parse"), std::string::npos) << e.what();
+  }
+  TempDir dir;
+  const Entry e = load_fasta(dir.write("lig.fasta", ">A|protein\nMKTAY\n>B|smiles\nCC(=O)Oc1ccccc1C(=O)O\n"));
+  ASSERT_EQ(e.n_chains(), 2);
+  EXPECT_EQ(e.chain_mol_type(1), MolType::kLigand);
+  EXPECT_EQ(e.components, std::vector<std::string>{"LIG"});
+  EXPECT_EQ(e.n_tokens(), 5 + 13);
+  EXPECT_EQ(e.bonds.size(), 13u);
 }
 
 // RNA alignments: letters read with the RNA alphabet (T as U, others as N).
