@@ -45,18 +45,6 @@ std::vector<int32_t> unit_starts(const Entry& e) {
   return start;
 }
 
-// Tokens of `keep` (sorted) whose units are complete in it.
-std::vector<int32_t> whole_units(const Entry& e, const std::vector<int32_t>& keep) {
-  const std::vector<int32_t> start = unit_starts(e);
-  std::vector<int32_t> size(e.n_tokens(), 0), kept(e.n_tokens(), 0);
-  for (int i = 0; i < e.n_tokens(); ++i) ++size[start[i]];
-  for (const int32_t i : keep) ++kept[start[i]];
-  std::vector<int32_t> out;
-  for (const int32_t i : keep)
-    if (kept[start[i]] == size[start[i]]) out.push_back(i);
-  return out;
-}
-
 }  // namespace
 
 std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t seed) {
@@ -74,7 +62,11 @@ std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t see
   std::iota(order.begin(), order.end(), 0);
   for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
 
-  // AF-Multimer SI Alg. 1 (contiguous cropping).
+  // AF-Multimer SI Alg. 1 (contiguous cropping); a span's edge that cuts a per-atom residue
+  // leaves that residue out, and only the tokens kept count against the budget.
+  const std::vector<int32_t> start_of = unit_starts(e);
+  std::vector<int32_t> unit_end(n);  // one past each unit's last token
+  for (int i = n - 1; i >= 0; --i) unit_end[i] = i + 1 < n && start_of[i + 1] == start_of[i] ? unit_end[i + 1] : i + 1;
   std::vector<int32_t> keep;
   int n_added = 0, n_remaining = n;
   for (int k : order) {
@@ -84,11 +76,17 @@ std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t see
     const int size_min = std::min(n_k, std::max(0, crop_size - (n_added + n_remaining)));
     const int size = static_cast<int>(uniform_int(rng, size_min, size_max));
     const int start = static_cast<int>(uniform_int(rng, 0, n_k - size));
-    for (int i = 0; i < size; ++i) keep.push_back(chains[k].first + start + i);
-    n_added += size;
+    const int lo = chains[k].first + start, hi = lo + size;
+    for (int i = lo; i < hi; ++i)
+      if (start_of[i] >= lo && unit_end[i] <= hi) {
+        keep.push_back(i);
+        ++n_added;
+      }
   }
   std::sort(keep.begin(), keep.end());
-  return whole_units(e, keep);  // a span's edge may cut a ligand: its part is left out
+  // Every span cut its ligand (chains of large ligands only): the nearest whole units instead.
+  if (keep.empty()) return spatial_crop(e, crop_size, seed, false);
+  return keep;
 }
 
 std::vector<bool> interface_tokens(const Entry& e, double radius) {
@@ -136,6 +134,11 @@ std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, 
     taken[s0] = true;
     for (int32_t k = s0; k < end; ++k) keep.push_back(k);
   }
+  std::sort(keep.begin(), keep.end());
+  // Every unit is larger than the crop: the nearest tokens, cutting that residue (a crop size
+  // below a ligand's atom count is the one case where a ligand is split).
+  if (keep.empty())
+    for (int k = 0; k < crop_size; ++k) keep.push_back(by_distance[k].second);
   std::sort(keep.begin(), keep.end());
   return keep;
 }

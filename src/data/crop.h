@@ -11,7 +11,9 @@
 namespace megafold::data {
 
 // Every crop keeps a per-atom residue (ligand, ion, non-standard residue) whole or leaves it
-// out; distances are between token centre atoms (CA, C1', the atom of a per-atom token).
+// out (unless every one of the entry's residues is larger than the crop: then the nearest
+// tokens); distances are between token centre atoms (CA, C1', the atom of a per-atom token).
+// A crop is never empty.
 
 // Token indices (sorted) of a contiguous crop of at most crop_size tokens
 // (AF-Multimer SI Alg. 1: chains in random order, each gets a random contiguous span within

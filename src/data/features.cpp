@@ -147,7 +147,8 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
 
 std::vector<at::Tensor*> Batch::tensors() {
   return {&restype,      &mol_type,   &residue_index, &token_index,  &asym_id,     &entity_id,      &sym_id,
-          &token_mask,   &token_bonds, &bond_atoms,   &bond_mask,    &atom_coords,  &atom_mask,    &rep_coords,  &rep_mask,       &rep_slot,
+          &token_mask,   &token_bonds, &bond_atoms,   &bond_mask,    &atom_index,   &atom_token,  &atom_exists,
+          &atom_coords,  &atom_mask,    &rep_coords,  &rep_mask,       &rep_slot,
           &centre_slot,  &centre_mask, &ref.pos,
           &ref.element,  &ref.charge, &ref.mask,      &ref.name_chars, &ref.space_uid, &msa,        &msa_deletion,
           &msa_mask,     &profile,    &deletion_mean};
@@ -209,6 +210,35 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   }
   out.bond_atoms = at::zeros({B, max_bonds, 2}, i64);
   out.bond_mask = at::zeros({B, max_bonds}, f32);
+  // The compact atom list: every slot a token has (its residue's layout, or slot 0).
+  std::vector<std::vector<int32_t>> compact(B);  // per entry: batch row * A + slot -> atom, -1 if none
+  int64_t max_atoms = 1;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t> sel = selections[b].empty() ? all_tokens(*entries[b]) : selections[b];
+    compact[b].assign(sel.size() * A, -1);
+    int32_t k = 0;
+    for (size_t i = 0; i < sel.size(); ++i) {
+      const Entry& e = *entries[b];
+      const int slots = e.per_atom(sel[i]) ? 1 : atom_count(e.restype[sel[i]]);
+      for (int s = 0; s < slots; ++s) compact[b][i * A + s] = k++;
+    }
+    max_atoms = std::max<int64_t>(max_atoms, k);
+  }
+  out.atom_index = at::zeros({B, max_atoms}, i64);
+  out.atom_token = at::zeros({B, max_atoms}, i64);
+  out.atom_exists = at::zeros({B, max_atoms}, f32);
+  {
+    auto index = out.atom_index.accessor<int64_t, 2>();
+    auto token = out.atom_token.accessor<int64_t, 2>();
+    auto exists = out.atom_exists.accessor<float, 2>();
+    for (int64_t b = 0; b < B; ++b)
+      for (size_t d = 0; d < compact[b].size(); ++d)
+        if (const int32_t k = compact[b][d]; k >= 0) {
+          index[b][k] = static_cast<int64_t>(d);
+          token[b][k] = static_cast<int64_t>(d / A);
+          exists[b][k] = 1.f;
+        }
+  }
   out.asym_id = at::zeros({B, N}, i64);
   out.entity_id = at::zeros({B, N}, i64);
   out.sym_id = at::zeros({B, N}, i64);
@@ -277,8 +307,10 @@ Batch make_batch(const std::vector<const Entry*>& entries,
       const int32_t x = position[bond.i], y = position[bond.j];
       if (x < 0 || y < 0) continue;
       bonds[b][x][y] = bonds[b][y][x] = 1;
-      batoms[b][nb][0] = x * A + bond.slot_i;
-      batoms[b][nb][1] = y * A + bond.slot_j;
+      batoms[b][nb][0] = compact[b][x * A + bond.slot_i];
+      batoms[b][nb][1] = compact[b][y * A + bond.slot_j];
+      MF_CHECK(batoms[b][nb][0] >= 0 && batoms[b][nb][1] >= 0, "make_batch: ", e.name, ": a bond to an atom slot its token "
+               "does not have");
       bmask[b][nb] = e.atom_mask[bond.i * A + bond.slot_i] && e.atom_mask[bond.j * A + bond.slot_j] ? 1.f : 0.f;
       ++nb;
     }

@@ -36,9 +36,14 @@ struct Batch {
   at::Tensor sym_id;         // [B, N] int64
   at::Tensor token_mask;     // [B, N] float, 1 = real token
   at::Tensor token_bonds;    // [B, N, N] uint8, 1 = bonded (Entry::bonds, both directions)
-  at::Tensor bond_atoms;     // [B, NB, 2] int64 the bonded atoms as indices into the flattened
-                             // [N * kMaxAtomsPerToken] layout (NB = the most bonds of any entry)
+  at::Tensor bond_atoms;     // [B, NB, 2] int64 the bonded atoms as indices into the atom list
+                             // below (NB = the most bonds of any entry)
   at::Tensor bond_mask;      // [B, NB] float, 1 = a bond of the entry with both atoms resolved
+  // The atoms the tokens have, token by token, as AF3 lists them (the model's atom layer runs
+  // on this list; A = the most atoms of any entry, padding last).
+  at::Tensor atom_index;     // [B, A] int64 dense slot: token * kMaxAtomsPerToken + slot
+  at::Tensor atom_token;     // [B, A] int64 its token
+  at::Tensor atom_exists;    // [B, A] float, 0 for padding
   at::Tensor atom_coords;    // [B, N, kMaxAtomsPerToken, 3] float, Angstrom
   at::Tensor atom_mask;      // [B, N, kMaxAtomsPerToken] float
   at::Tensor rep_coords;     // [B, N, 3] distogram atom (Entry::representative_slot)

@@ -23,10 +23,49 @@ constexpr int64_t kAtomFeatures = 3 + 1 + 1 + kElements + kNameChars * kCharClas
 at::Tensor ones(int64_t n) { return torch::ones({n}); }
 at::Tensor zeros(int64_t n) { return torch::zeros({n}); }
 
-// Per-token rows repeated for each of the token's atom slots: [B, N, c] -> [B, A, c].
-at::Tensor to_atoms(const at::Tensor& x) { return x.repeat_interleave(kMaxAtomsPerToken, 1); }
-
 }  // namespace
+
+AtomLayout::AtomLayout(const data::Batch& batch)
+    : index(batch.atom_index), token(batch.atom_token), exists(batch.atom_exists), tokens(batch.n_tokens()) {}
+
+at::Tensor AtomLayout::rows(int64_t R, const at::Tensor& per_example) const {
+  const int64_t B = per_example.size(0);
+  MF_CHECK(R % B == 0, "AtomLayout: ", R, " rows are not samples of ", B, " examples");
+  return R == B ? per_example : per_example.repeat_interleave(R / B, 0);
+}
+
+at::Tensor AtomLayout::from_dense(const at::Tensor& dense) const {
+  const int64_t R = dense.size(0);
+  const at::Tensor r = at::arange(R, index.options()).unsqueeze(1);
+  return dense.index({r, rows(R, index.to(dense.device()))});
+}
+
+at::Tensor AtomLayout::to_dense(const at::Tensor& x) const {
+  const int64_t R = x.size(0);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[1] = tokens * kMaxAtomsPerToken;
+  const at::Tensor r = at::arange(R, index.options()).unsqueeze(1).to(x.device());
+  at::Tensor keep = rows(R, exists.to(x.device())).to(x.scalar_type());
+  for (int64_t d = 2; d < x.dim(); ++d) keep = keep.unsqueeze(-1);
+  // Padding atoms all point at slot 0: accumulating zeros there leaves it to its real atom.
+  return at::zeros(shape, x.options()).index_put({r, rows(R, index.to(x.device()))}, x * keep, /*accumulate=*/true);
+}
+
+at::Tensor AtomLayout::from_tokens(const at::Tensor& x) const {
+  const int64_t R = x.size(0);
+  const at::Tensor r = at::arange(R, token.options()).unsqueeze(1).to(x.device());
+  return x.index({r, rows(R, token.to(x.device()))});
+}
+
+at::Tensor AtomLayout::token_mean(const at::Tensor& x, const at::Tensor& mask) const {
+  const int64_t R = x.size(0), c = x.size(2);
+  const at::Tensor r = at::arange(R, token.options()).unsqueeze(1).to(x.device());
+  const at::Tensor tok = rows(R, token.to(x.device()));
+  const at::Tensor m = mask.to(x.scalar_type());
+  const at::Tensor sum = at::zeros({R, tokens, c}, x.options()).index_put({r, tok}, x * m.unsqueeze(-1), true);
+  const at::Tensor count = at::zeros({R, tokens}, m.options()).index_put({r, tok}, m, true);
+  return sum / count.clamp_min(1).unsqueeze(-1);
+}
 
 AtomWindows::AtomWindows(int64_t n_atoms, const at::Device& device) : atoms(n_atoms) {
   MF_CHECK(n_atoms > 0, "AtomWindows: no atoms");
@@ -145,26 +184,27 @@ AtomAttentionEncoderImpl::AtomAttentionEncoderImpl(const DiffusionConfig& cfg, i
 }
 
 AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatures& ref, const at::Tensor& s_trunk,
-                                                    const at::Tensor& z, const AtomWindows& w) {
-  const int64_t B = ref.pos.size(0), N = ref.pos.size(1), A = N * kMaxAtomsPerToken;
-  MF_CHECK(w.atoms == A, "AtomAttentionEncoder: windows for ", w.atoms, " atoms, features for ", A);
+                                                    const at::Tensor& z, const AtomLayout& layout, const AtomWindows& w) {
+  const int64_t B = ref.pos.size(0), N = ref.pos.size(1), A = layout.atoms();
+  MF_CHECK(w.atoms == A, "AtomAttentionEncoder: windows for ", w.atoms, " atoms, the layout has ", A);
   const auto opts = w_feat_.options();
-  // Line 1: atom single features.
+  // Line 1: atom single features, of the atoms the tokens have.
+  const int64_t D = N * kMaxAtomsPerToken;
   const at::Tensor feat = at::cat({ref.pos.to(opts), ref.charge.unsqueeze(-1).to(opts), ref.mask.unsqueeze(-1).to(opts),
                                    at::one_hot(ref.element, kElements).to(opts),
                                    at::one_hot(ref.name_chars, kCharClasses).flatten(-2).to(opts)},
                                   -1);
-  at::Tensor c = at::linear(feat.view({B, A, kAtomFeatures}), w_feat_);  // [B, A, c_atom]
+  at::Tensor c = at::linear(layout.from_dense(feat.view({B, D, kAtomFeatures})), w_feat_);  // [B, A, c_atom]
   // Lines 2-6: pair features inside the windows, only between atoms of one reference conformer
   // (ref_space_uid: a residue token's atoms, or all atoms of one ligand residue).
-  const at::Tensor pos = ref.pos.to(opts).view({B, A, 3});
+  const at::Tensor pos = layout.from_dense(ref.pos.to(opts).view({B, D, 3}));  // [B, A, 3]
   const at::Tensor d = w.queries(pos).unsqueeze(3) - w.keys_of(pos).unsqueeze(2);  // [B, bl, 32, 128, 3]
-  const auto i64 = at::TensorOptions().dtype(at::kLong).device(pos.device());
-  const at::Tensor tok_q = at::floor_divide(at::arange(w.blocks * AtomWindows::kQueries, i64), kMaxAtomsPerToken)
-                               .clamp_max(N - 1).view({w.blocks, AtomWindows::kQueries});
-  const at::Tensor tok_k = at::floor_divide(w.keys, kMaxAtomsPerToken);  // [bl, 128]
-  const at::Tensor uid = to_atoms(ref.space_uid.to(pos.device()).unsqueeze(-1)).squeeze(-1);  // [B, A]
-  const at::Tensor same = ((w.queries(uid).unsqueeze(3) == w.keys_of(uid).unsqueeze(2)) & w.valid.unsqueeze(1))
+  const at::Tensor atom_token = layout.token.to(pos.device());
+  const at::Tensor tok_q = w.queries(atom_token), tok_k = w.keys_of(atom_token);  // [B, bl, 32], [B, bl, 128]
+  const at::Tensor uid = layout.from_tokens(ref.space_uid.to(pos.device()));      // [B, A]
+  const at::Tensor real = layout.exists.to(pos.device()) > 0;
+  const at::Tensor same = ((w.queries(uid).unsqueeze(3) == w.keys_of(uid).unsqueeze(2)) & w.valid.unsqueeze(1) &
+                           w.queries(real).unsqueeze(3) & w.keys_of(real).unsqueeze(2))
                               .to(opts)
                               .unsqueeze(-1);  // [B, bl, 32, 128, 1]
   at::Tensor p = (at::linear(d, w_d_) + at::linear(1 / (1 + d.pow(2).sum(-1, true)), w_inv_) + at::linear(same, w_v_)) *
@@ -172,9 +212,10 @@ AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatur
   MF_CHECK(s_trunk.defined() == w_s_.defined(), "AtomAttentionEncoder: the trunk's s and z are given exactly to the "
            "diffusion module's encoder");
   if (s_trunk.defined()) {  // lines 9-11: the trunk's conditioning
-    c = c + to_atoms(at::linear(at::layer_norm(s_trunk, {s_trunk.size(-1)}, ln_s_w_, ln_s_b_), w_s_));
+    c = c + layout.from_tokens(at::linear(at::layer_norm(s_trunk, {s_trunk.size(-1)}, ln_s_w_, ln_s_b_), w_s_));
     const at::Tensor zp = at::linear(at::layer_norm(z, {z.size(-1)}, ln_z_w_, ln_z_b_), w_z_);  // [B, N, N, cp]
-    p = p + zp.index({at::indexing::Slice(), tok_q.unsqueeze(-1), tok_k.unsqueeze(1)});
+    const at::Tensor b = at::arange(B, atom_token.options()).view({B, 1, 1, 1});
+    p = p + zp.index({b, tok_q.unsqueeze(-1), tok_k.unsqueeze(2)});
   }
   // Lines 13-14.
   p = p + at::linear(at::relu(w.queries(c)), w_cl_).unsqueeze(3) + at::linear(at::relu(w.keys_of(c)), w_cm_).unsqueeze(2);
@@ -183,20 +224,17 @@ AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatur
 }
 
 AtomEncoding AtomAttentionEncoderImpl::forward(const at::Tensor& c, const std::vector<at::Tensor>& biases,
-                                               const at::Tensor& atom_mask, const at::Tensor& r, const AtomWindows& w) {
-  const int64_t R = c.size(0), A = c.size(1), N = A / kMaxAtomsPerToken;
+                                               const at::Tensor& atom_mask, const at::Tensor& r,
+                                               const AtomLayout& layout, const AtomWindows& w) {
+  const int64_t R = c.size(0), A = c.size(1);
   MF_CHECK(atom_mask.dim() == 2 && atom_mask.size(0) == R && atom_mask.size(1) == A,
            "AtomAttentionEncoder: atom_mask must be [R, A] = [", R, ", ", A, "], got ", atom_mask.sizes());
-  const auto opts = c.options();
   // Line 8: the noisy positions.
   MF_CHECK(r.defined() == w_r_.defined(), "AtomAttentionEncoder: noisy positions are given exactly to the diffusion "
            "module's encoder");
   const at::Tensor q = transformer_(r.defined() ? c + at::linear(r, w_r_) : c, c, biases, atom_mask, w);
   // Line 15: mean over each token's atoms.
-  const at::Tensor m = atom_mask.to(opts).view({R, N, kMaxAtomsPerToken, 1});
-  const at::Tensor per_atom = at::relu(at::linear(q, w_a_)).view({R, N, kMaxAtomsPerToken, c_token_});
-  const at::Tensor a = (per_atom * m).sum(2) / m.sum(2).clamp_min(1);
-  return {a, q, c};
+  return {layout.token_mean(at::relu(at::linear(q, w_a_)), atom_mask), q, c};
 }
 
 AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg, bool recompute_blocks) {
@@ -210,8 +248,8 @@ AtomAttentionDecoderImpl::AtomAttentionDecoderImpl(const DiffusionConfig& cfg, b
 
 at::Tensor AtomAttentionDecoderImpl::forward(const at::Tensor& a, const AtomEncoding& skip,
                                              const std::vector<at::Tensor>& biases, const at::Tensor& atom_mask,
-                                             const AtomWindows& w) {
-  at::Tensor q = to_atoms(at::linear(a, w_a_)) + skip.q_skip;
+                                             const AtomLayout& layout, const AtomWindows& w) {
+  at::Tensor q = layout.from_tokens(at::linear(a, w_a_)) + skip.q_skip;
   q = transformer_(q, skip.c_skip, biases, atom_mask, w);
   return at::linear(at::layer_norm(q, {q.size(-1)}, ln_w_, ln_b_), w_out_);
 }

@@ -3,12 +3,10 @@
 // atom transformer, and the atom attention encoder (atoms -> tokens) and decoder (tokens ->
 // atom position updates).
 //
-// Atoms are the dense slots of data::Batch flattened: atom l = token l / kMaxAtomsPerToken,
-// slot l % kMaxAtomsPerToken, A = N * kMaxAtomsPerToken, with a mask for slots that hold no
-// atom. (AF3 lists only real atoms; the empty slots here make each 128-key window cover ~9
-// tokens instead of ~15. Compacting the list is a later optimisation.) Atom pairs exist only
-// inside the windows: queries in blocks of 32, each attending to the 128 atoms centred on
-// its block, so pair tensors are [B, n_blocks, 32, 128, c], not A x A.
+// Atoms are listed as AF3 lists them (AtomLayout): only the atoms the tokens have, token by
+// token (a protein token ~8 of its 24 slots, a ligand token 1), padded per batch. Atom pairs
+// exist only inside the windows: queries in blocks of 32, each attending to the 128 atoms
+// centred on its block, so pair tensors are [B, n_blocks, 32, 128, c], not A x A.
 #include <torch/nn/module.h>
 
 #include "data/features.h"
@@ -16,6 +14,31 @@
 #include "model/diffusion.h"
 
 namespace megafold::model {
+
+// The compact atom list of a batch (data::Batch::atom_index / atom_token / atom_exists) and the
+// moves between it, the tokens and the dense [N * kMaxAtomsPerToken] layout. Rows may be
+// samples of the examples (R = B * S, example-major). Gathers use advanced indexing, whose
+// backward accumulates by sorted index: deterministic on the GPU as well.
+struct AtomLayout {
+  at::Tensor index;   // [B, A] int64 dense slot (token * kMaxAtomsPerToken + slot)
+  at::Tensor token;   // [B, A] int64 token of each atom
+  at::Tensor exists;  // [B, A] float, 0 for padding
+  int64_t tokens = 0;
+
+  explicit AtomLayout(const data::Batch& batch);
+  int64_t atoms() const { return index.size(1); }
+  // dense [R, N * kMaxAtomsPerToken, ...] -> [R, A, ...]
+  at::Tensor from_dense(const at::Tensor& dense) const;
+  // [R, A, ...] -> dense [R, N * kMaxAtomsPerToken, ...], zeros where no atom is
+  at::Tensor to_dense(const at::Tensor& x) const;
+  // per-token rows [R, N, ...] -> each atom's token's row [R, A, ...]
+  at::Tensor from_tokens(const at::Tensor& x) const;
+  // [R, A, c] -> [R, N, c]: the mean over each token's atoms where mask [R, A] is 1
+  at::Tensor token_mean(const at::Tensor& x, const at::Tensor& mask) const;
+
+ private:
+  at::Tensor rows(int64_t R, const at::Tensor& per_example) const;  // [B, A] -> [R, A]
+};
 
 // Index bookkeeping of the 32 x 128 windows for A atoms.
 struct AtomWindows {
@@ -87,17 +110,17 @@ class AtomAttentionEncoderImpl : public torch::nn::Module {
   // widths for the diffusion module's encoder; both 0 for the input embedder's (Alg. 2), which
   // sees neither the trunk nor positions.
   AtomAttentionEncoderImpl(const DiffusionConfig& cfg, int64_t c_s, int64_t c_z, bool recompute_blocks = false);
-  // ref: reference features of the tokens; s_trunk [B, N, c_s] and z [B, N, N, c_z] both given
-  // (diffusion) or both undefined (the trunk's input embedder use).
+  // ref: reference features of the tokens (dense layout); s_trunk [B, N, c_s] and z
+  // [B, N, N, c_z] both given (diffusion) or both undefined (the trunk's input embedder use).
   AtomConditioning condition(const data::ReferenceFeatures& ref, const at::Tensor& s_trunk, const at::Tensor& z,
-                             const AtomWindows& w);
+                             const AtomLayout& layout, const AtomWindows& w);
   // Its atom transformer's window pair biases from the conditioning's p (once per trunk pass).
   std::vector<at::Tensor> pair_biases(const at::Tensor& p) { return transformer_->pair_biases(p); }
   // c [B * S, A, c_atom] the conditioning's c for each sample; biases from pair_biases();
   // atom_mask [B * S, A] (atoms that exist); r [B * S, A, 3] scaled noisy positions, given
   // exactly when the conditioning saw s_trunk and z.
   AtomEncoding forward(const at::Tensor& c, const std::vector<at::Tensor>& biases, const at::Tensor& atom_mask,
-                       const at::Tensor& r, const AtomWindows& w);
+                       const at::Tensor& r, const AtomLayout& layout, const AtomWindows& w);
  private:
   int64_t c_token_;
   at::Tensor w_feat_, w_d_, w_inv_, w_v_, ln_s_w_, ln_s_b_, w_s_, ln_z_w_, ln_z_b_, w_z_, w_r_, w_cl_, w_cm_,
@@ -113,7 +136,7 @@ class AtomAttentionDecoderImpl : public torch::nn::Module {
   std::vector<at::Tensor> pair_biases(const at::Tensor& p) { return transformer_->pair_biases(p); }
   // a [B * S, N, c_token], biases from pair_biases() -> r_update [B * S, A, 3]
   at::Tensor forward(const at::Tensor& a, const AtomEncoding& skip, const std::vector<at::Tensor>& biases,
-                     const at::Tensor& atom_mask, const AtomWindows& w);
+                     const at::Tensor& atom_mask, const AtomLayout& layout, const AtomWindows& w);
  private:
   at::Tensor w_a_, ln_w_, ln_b_, w_out_;
   AtomTransformer transformer_{nullptr};

@@ -82,12 +82,16 @@ DiffusionModuleImpl::Prepared DiffusionModuleImpl::prepare(const TrunkContext& c
   p.ctx = &ctx;
   const at::Tensor z = conditioning_->pair(ctx.z_trunk, relpos_(b));
   p.s_base = conditioning_->single_base(ctx.s_inputs, ctx.s_trunk);
-  const int64_t B = b.size(), A = b.n_tokens() * kMaxAtomsPerToken;
-  p.atom_mask = (b.atom_mask * b.token_mask.unsqueeze(-1)).reshape({B, A});
-  p.atom_weight = atom_loss_weights(b.mol_type);
-  p.atom_radius = atom_lddt_radius(b.mol_type);
-  p.windows = std::make_shared<AtomWindows>(A, b.restype.device());
-  const AtomConditioning atoms = encoder_->condition(b.ref, ctx.s_trunk, z, *p.windows);
+  const int64_t B = b.size(), D = b.n_tokens() * kMaxAtomsPerToken;
+  p.layout = std::make_shared<AtomLayout>(b);
+  const AtomLayout& layout = *p.layout;
+  // The network sees every atom, resolved or not (as AF3 does); only the losses need the structure.
+  p.atom_mask = layout.exists;
+  p.loss_mask = layout.from_dense((b.atom_mask * b.token_mask.unsqueeze(-1)).reshape({B, D})) * layout.exists;
+  p.atom_weight = layout.from_dense(atom_loss_weights(b.mol_type));
+  p.atom_radius = layout.from_dense(atom_lddt_radius(b.mol_type));
+  p.windows = std::make_shared<AtomWindows>(layout.atoms(), b.restype.device());
+  const AtomConditioning atoms = encoder_->condition(b.ref, ctx.s_trunk, z, layout, *p.windows);
   p.atom_c = atoms.c;
   p.token_biases = transformer_->pair_biases(z);
   p.encoder_biases = encoder_->pair_biases(atoms.p);
@@ -104,11 +108,12 @@ at::Tensor DiffusionModuleImpl::forward(const at::Tensor& x_noisy, const at::Ten
   const at::Tensor t3 = t.view({-1, 1, 1});
   // EDM preconditioning: the network sees positions of unit scale.
   const at::Tensor r_noisy = x_noisy / at::sqrt(t3 * t3 + sd * sd);
-  const AtomEncoding enc = encoder_(per_sample(p.atom_c, S), p.encoder_biases, atom_mask, r_noisy, *p.windows);
+  const AtomEncoding enc =
+      encoder_(per_sample(p.atom_c, S), p.encoder_biases, atom_mask, r_noisy, *p.layout, *p.windows);
   at::Tensor a = enc.a + at::linear(at::layer_norm(s, {s.size(-1)}, ln_s_w_, ln_s_b_), w_s_);
   a = transformer_(a, s, p.token_biases, ctx.batch->token_mask);
   a = at::layer_norm(a, {a.size(-1)}, ln_a_w_, ln_a_b_);
-  const at::Tensor r_update = decoder_(a, enc, p.decoder_biases, atom_mask, *p.windows);
+  const at::Tensor r_update = decoder_(a, enc, p.decoder_biases, atom_mask, *p.layout, *p.windows);
   return sd * sd / (sd * sd + t3 * t3) * x_noisy + sd * t3 / at::sqrt(sd * sd + t3 * t3) * r_update;
 }
 
@@ -157,12 +162,12 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto opts = ctx.s_trunk.options();
   // Every draw is made for all rows up front, so chunking does not change the loss.
-  const at::Tensor mask = per_sample(prep.atom_mask, samples);
+  const at::Tensor mask = per_sample(prep.loss_mask, samples);
   const at::Tensor weight = per_sample(prep.atom_weight.to(opts), samples);
   const at::Tensor radius = per_sample(prep.atom_radius.to(opts), samples);
   const at::Tensor bond_atoms = per_sample(b.bond_atoms, samples), bond_mask = per_sample(b.bond_mask.to(opts), samples);
-  const at::Tensor gt = centre_random_augmentation(per_sample(b.atom_coords.reshape({B, A, 3}).to(opts), samples),
-                                                   mask, gen);
+  const at::Tensor gt_atoms = prep.layout->from_dense(b.atom_coords.reshape({B, b.n_tokens() * kMaxAtomsPerToken, 3}));
+  const at::Tensor gt = centre_random_augmentation(per_sample(gt_atoms.to(opts), samples), mask, gen);
   const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
   const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
   std::vector<at::Tensor> sums;
@@ -236,7 +241,7 @@ at::Tensor sample_structures(DiffusionModule& module, const TrunkContext& ctx, i
     const at::Tensor denoised = module(x_noisy, at::full({R}, t_hat, opts), prep);
     x = x_noisy + cfg.step_scale * (c_now - t_hat) * (x_noisy - denoised) / t_hat;
   }
-  return x;
+  return prep.layout->to_dense(x);
 }
 
 }  // namespace megafold::model

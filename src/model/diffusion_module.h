@@ -3,7 +3,8 @@
 // 3.7.1 and 4.2: noise levels, random rigid augmentation, weighted aligned MSE plus smooth
 // lDDT) and the inference sampler (Alg. 18, with the augmentation of Alg. 19).
 //
-// Atoms are the dense slots of data::Batch (atom_coords flattened to [B, A, 3], A = N * 14).
+// Atoms are the batch's atom list (AtomLayout: the atoms the tokens have, A of them); the
+// sampler returns positions in the dense [N * kMaxAtomsPerToken] layout of data::Batch.
 // Several diffusion samples of one trunk pass run as a batch of B * S rows, example-major
 // (rows b * S .. b * S + S - 1 belong to example b).
 #include <torch/nn/module.h>
@@ -40,9 +41,11 @@ class DiffusionModuleImpl : public torch::nn::Module {
     at::Tensor s_base;                   // [B, N, c_s] projected single before the noise level
     at::Tensor atom_c;                   // [B, A, c_atom] atom single conditioning (Alg. 5)
     std::vector<at::Tensor> token_biases, encoder_biases, decoder_biases;
-    at::Tensor atom_mask;                // [B, A] resolved atoms of real tokens
+    at::Tensor atom_mask;                // [B, A] the atoms the network sees: every atom the tokens have
+    at::Tensor loss_mask;                // [B, A] the resolved ones, which the losses score
     at::Tensor atom_weight;              // [B, A] AF3's molecule-type weights (atom_loss_weights)
     at::Tensor atom_radius;              // [B, A] smooth-lDDT radii (atom_lddt_radius)
+    std::shared_ptr<AtomLayout> layout;
     std::shared_ptr<AtomWindows> windows;
     // The tensors above that carry gradients, in a fixed order (checkpoint inputs), and back.
     std::vector<at::Tensor> tensors() const;
@@ -103,8 +106,9 @@ struct SamplerConfig {
 // 1/steps, .., 1: [steps + 1] float64, decreasing from sigma_data * s_max.
 at::Tensor noise_schedule(const SamplerConfig& cfg, double sigma_data);
 
-// AF3 SI Alg. 18: `samples` structures per example from noise, [B * samples, A, 3], without
-// gradients. Deterministic in `seed`.
+// AF3 SI Alg. 18: `samples` structures per example from noise, without gradients, in the dense
+// layout [B * samples, N * kMaxAtomsPerToken, 3] (zeros in slots without an atom).
+// Deterministic in `seed`.
 at::Tensor sample_structures(DiffusionModule& module, const TrunkContext& ctx, int64_t samples,
                              const SamplerConfig& cfg, uint64_t seed);
 

@@ -55,12 +55,12 @@ InputEmbedderImpl::InputEmbedderImpl(const ModelConfig& cfg) {
 
 Embedding InputEmbedderImpl::forward(const data::Batch& batch) {
   // AF3 SI Alg. 1 lines 1-6 (no templates).
-  const int64_t B = batch.size(), A = batch.n_tokens() * data::kMaxAtomsPerToken;
-  const AtomWindows windows(A, batch.restype.device());
-  const AtomConditioning cond = atoms_->condition(batch.ref, at::Tensor(), at::Tensor(), windows);
+  const AtomLayout layout(batch);
+  const AtomWindows windows(layout.atoms(), batch.restype.device());
+  const AtomConditioning cond = atoms_->condition(batch.ref, at::Tensor(), at::Tensor(), layout, windows);
   // Every atom the tokens have, resolved or not: the input never sees the structure.
-  const at::Tensor atom_mask = (batch.ref.mask * batch.token_mask.unsqueeze(-1)).reshape({B, A});
-  const at::Tensor a = atoms_->forward(cond.c, atoms_->pair_biases(cond.p), atom_mask, at::Tensor(), windows).a;
+  const at::Tensor a =
+      atoms_->forward(cond.c, atoms_->pair_biases(cond.p), layout.exists, at::Tensor(), layout, windows).a;
   const auto dtype = w_s_.scalar_type();
   Embedding e;
   e.s_inputs = torch::cat({a.to(dtype), F::one_hot(batch.restype, data::kNumTokenTypes).to(dtype),

@@ -56,7 +56,8 @@ TEST_F(DiffusionModuleTest, FreshModuleIsTheEdmSkipConnection) {
   auto s = setup();
   DiffusionModule m(s->cfg, s->trunk, 32);
   const auto prep = m->prepare(s->ctx);
-  const int64_t A = 11 * data::kMaxAtomsPerToken;
+  const int64_t A = s->batch.atom_index.size(1);  // the atoms the 9 tokens have
+  ASSERT_EQ(prep.layout->atoms(), A);
   const at::Tensor x = torch::randn({3, A, 3}) * 20, t = torch::tensor({0.5f, 16.f, 300.f});
   const at::Tensor out = m(x, t, prep);
   const at::Tensor skip = 256.f / (256.f + t * t);

@@ -247,11 +247,12 @@ TEST(Molecules, BondsFollowTheFileLinksAndTheCcd) {
 }
 
 // Crops keep every ligand, ion and non-standard residue whole or leave it out, for every mode,
-// size and seed, and stay within the budget.
+// size and seed, stay within the budget and are never empty (1afs: two 48-atom NADPs, crops
+// down to 16 tokens).
 TEST(Molecules, CropsNeverSplitALigand) {
   ccd();
   const CropWeights all_modes{1, 1, 1};
-  for (const std::string file : {"6msm.pdb.gz", "19hc.pdb.gz", "3hsy.pdb.gz", "2q2k.cif.gz"}) {
+  for (const std::string file : {"6msm.pdb.gz", "19hc.pdb.gz", "3hsy.pdb.gz", "2q2k.cif.gz", "1afs.pdb.gz"}) {
     const Entry e = load_entry(kData + "/" + file);
     std::map<std::tuple<int, int>, int> size;  // per-atom residue -> tokens
     for (int i = 0; i < e.n_tokens(); ++i)
@@ -265,6 +266,7 @@ TEST(Molecules, CropsNeverSplitALigand) {
            {contiguous_crop(e, crop, seed), spatial_crop(e, crop, seed, false), spatial_crop(e, crop, seed, true),
             training_crop(e, crop, all_modes, seed)}) {
         EXPECT_LE(static_cast<int>(keep.size()), crop) << file;
+        EXPECT_FALSE(keep.empty()) << file << " crop " << crop << " seed " << seed;
         std::map<std::tuple<int, int>, int> kept;
         for (const int32_t i : keep)
           if (e.per_atom(i)) ++kept[{e.asym_id[i], e.residue_index[i]}];
@@ -324,6 +326,11 @@ TEST(Molecules, CacheAndBatchKeepLigands) {
     }
   }
   int64_t n_bonds = 0;
+  // The atom list: every slot each token has, token by token; a ligand token has one.
+  int64_t atoms = 0;
+  for (int i = 0; i < e.n_tokens(); ++i) atoms += e.per_atom(i) ? 1 : atom_count(e.restype[i]);
+  ASSERT_EQ(b.atom_index.size(1), atoms);
+  EXPECT_EQ(b.atom_exists.sum().item<double>(), static_cast<double>(atoms));
   for (int i = 0; i < pad; ++i)
     for (int j = 0; j < pad; ++j) {
       EXPECT_EQ(bonds[0][i][j], bonds[0][j][i]);
@@ -336,8 +343,9 @@ TEST(Molecules, CacheAndBatchKeepLigands) {
   for (size_t k = 0; k < e.bonds.size(); ++k) {
     const Bond& bond = e.bonds[k];
     EXPECT_EQ(bonds[0][bond.i][bond.j], 1);
-    EXPECT_EQ(b.bond_atoms[0][k][0].item<int64_t>(), bond.i * kMaxAtomsPerToken + bond.slot_i);
-    EXPECT_EQ(b.bond_atoms[0][k][1].item<int64_t>(), bond.j * kMaxAtomsPerToken + bond.slot_j);
+    // Bond atoms index the atom list, whose entries name the dense slots.
+    EXPECT_EQ(b.atom_index[0][b.bond_atoms[0][k][0].item<int64_t>()].item<int64_t>(), bond.i * kMaxAtomsPerToken + bond.slot_i);
+    EXPECT_EQ(b.atom_index[0][b.bond_atoms[0][k][1].item<int64_t>()].item<int64_t>(), bond.j * kMaxAtomsPerToken + bond.slot_j);
   }
 }
 
