@@ -5,10 +5,13 @@ lDDT of structures sampled from the model (EMA weights) along the way.
 Trains `megafold train` with the built-in cpu-diffusion config on a directory holding only
 the chosen bundled entry, with data.overfit (train and validate on that entry), no dropout
 and a short EMA, and writes one row per validation to --out (bench/results/learning.json):
-test, steps, lddt_ca, lddt_all_atom, device, commit, date.
+test, steps, lddt_ca, lddt_all_atom, the all-atom lDDT of each molecule type the entry has
+(lddt_protein, lddt_dna, lddt_rna, lddt_ligand), device, commit, date.
 
 usage: python3 bench/learning.py --bin build/megafold --entry 1a8o --steps 1500 \
            --out bench/results/learning.json
+       python3 bench/learning.py --bin build/megafold --entry 1lcd --name overfit-protein-dna --crop 80 ...
+       python3 bench/learning.py --bin build/megafold --entry 4cup --name overfit-protein-ligand --crop 136 ...
 
 The default training run (the README's main command) is recorded from its run folder, on the
 machine that ran it: one row per validation of the held-out entries, test "default-<config>",
@@ -31,6 +34,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", help="megafold binary (required unless --from-run)")
     ap.add_argument("--entry", default="1a8o")
+    ap.add_argument("--name", help="the test's name (default overfit-ENTRY)")
+    ap.add_argument("--crop", type=int, default=72, help="crop size (cover the whole entry to overfit all of it)")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads of the run (0: all)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--val-every", type=int, default=250)
     ap.add_argument("--out", required=True)
@@ -49,8 +55,10 @@ def main():
         tmp = pathlib.Path(tmp)
         (tmp / "data").mkdir()
         (tmp / "data" / files[0].name).symlink_to(files[0])
-        config = {"base": "cpu-diffusion", "name": f"overfit-{args.entry}",
-                  "data": {"dir": str(tmp / "data"), "crop_size": 72, "val_crop_size": 72, "overfit": True},
+        name = args.name or f"overfit-{args.entry}"
+        config = {"base": "cpu-diffusion", "name": name, "threads": args.threads,
+                  "data": {"dir": str(tmp / "data"), "crop_size": args.crop, "val_crop_size": args.crop,
+                           "overfit": True},
                   "model": {"dropout": 0.0},
                   "optim": {"warmup_steps": 50, "decay_every": 100000, "ema_decay": 0.99},
                   "steps": args.steps, "val_every": args.val_every, "log_every": 50, "checkpoint_every": 100000}
@@ -60,10 +68,12 @@ def main():
         rows = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
     device = device_name()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    result = {"commit": commit(), "date": date, "configs": {f"overfit-{args.entry}": config}, "rows": [
-        {"test": f"overfit-{args.entry}", "steps": r["step"], "lddt_ca": round(r["lddt_ca"], 4),
-         "lddt_all_atom": round(r["lddt_all_atom"], 4), "distogram_loss": round(r["distogram_loss"], 4),
-         "device": device, "commit": commit(), "date": date}
+    types = ("lddt_protein", "lddt_dna", "lddt_rna", "lddt_ligand")
+    result = {"commit": commit(), "date": date, "configs": {name: config}, "rows": [
+        {"test": name, "entry": args.entry, "steps": r["step"], "lddt_ca": round(r["lddt_ca"], 4),
+         "lddt_all_atom": round(r["lddt_all_atom"], 4),
+         **{t: round(r[t], 4) for t in types if t in r},
+         "distogram_loss": round(r["distogram_loss"], 4), "device": device, "commit": commit(), "date": date}
         for r in rows if r["kind"] == "validation"]}
     write_merged(pathlib.Path(args.out), result)
 

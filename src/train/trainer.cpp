@@ -134,6 +134,9 @@ struct Validation {
   // and with a confidence head the mean pLDDT of those structures' resolved atoms.
   double lddt_ca = 0, lddt_all = 0, plddt = 0;
   int structures = 0;
+  // All-atom lDDT per molecule type, averaged over the entries that have that type.
+  std::array<double, data::kNumMolTypes> lddt_type{};
+  std::array<int, data::kNumMolTypes> type_entries{};
 };
 
 Validation validate(model::MegaFold& model, const data::Dataset& ds, const config::TrainConfig& cfg,
@@ -172,6 +175,11 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
       const model::StructureScores sc = model::score_structures(pred.coords, batch);
       v.lddt_ca += sc.lddt_ca.item<double>();
       v.lddt_all += sc.lddt_all.item<double>();
+      for (int t = 0; t < data::kNumMolTypes; ++t)
+        if (const double x = sc.lddt_by_type[0][t].item<double>(); std::isfinite(x)) {
+          v.lddt_type[t] += x;
+          ++v.type_entries[t];
+        }
       if (pred.plddt.defined()) {
         const at::Tensor m = (batch.atom_mask * batch.token_mask.unsqueeze(-1)).reshape({1, -1});
         v.plddt += ((pred.plddt * m).sum() / m.sum().clamp_min(1)).item<double>();
@@ -189,6 +197,8 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
     v.lddt_all /= v.structures;
     v.plddt /= v.structures;
   }
+  for (int t = 0; t < data::kNumMolTypes; ++t)
+    if (v.type_entries[t] > 0) v.lddt_type[t] /= v.type_entries[t];
   return v;
 }
 
@@ -481,6 +491,9 @@ void Run::validate(int64_t step, Progress& progress) {
   if (v.structures > 0) {
     fields["lddt_ca"] = v.lddt_ca;
     fields["lddt_all_atom"] = v.lddt_all;
+    for (int t = 0; t < data::kNumMolTypes; ++t)  // lddt_protein, lddt_rna, lddt_dna, lddt_ligand
+      if (v.type_entries[t] > 0)
+        fields["lddt_" + std::string(data::mol_type_name(static_cast<data::MolType>(t)))] = v.lddt_type[t];
     if (model_->has_confidence()) fields["plddt"] = v.plddt;
   }
   metrics_->write("validation", step, fields);
