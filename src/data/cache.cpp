@@ -24,7 +24,9 @@
 #include "core/check.h"
 #include "core/files.h"
 #include "core/seed.h"
+#include "data/ccd.h"
 #include "data/dataset.h"
+#include "data/elements.h"
 
 namespace megafold::data {
 namespace fs = std::filesystem;
@@ -251,10 +253,16 @@ Entry decode_entry(const unsigned char* data, size_t size, const std::string& or
     if (3 * (at + slots) > coords.size()) throw Error(origin + ": corrupt cache entry (atom count)");
     std::copy_n(coords.begin() + 3 * at, 3 * slots, e.coords.begin() + 3 * i * kMaxAtomsPerToken);
     std::copy_n(mask.begin() + at, slots, e.atom_mask.begin() + i * kMaxAtomsPerToken);
-    if (e.per_atom(static_cast<int>(i))) e.token_atoms[i] = atoms[next_atom++];
+    if (e.per_atom(static_cast<int>(i))) {
+      e.token_atoms[i] = atoms[next_atom++];
+      if (e.token_atoms[i].element > kMaxElement) throw Error(origin + ": corrupt cache entry (atomic number)");
+    }
     at += slots;
   }
   if (3 * at != coords.size()) throw Error(origin + ": corrupt cache entry (atom count)");
+  for (const Bond& b : e.bonds)
+    if (b.slot_i >= stored_slots(e, b.i) || b.slot_j >= stored_slots(e, b.j))
+      throw Error(origin + ": corrupt cache entry (a bond to an atom slot its token does not have)");
   for (uint64_t c = 0; c < chains; ++c) e.chain_ids.push_back(r.str());
   const auto msas = r.get<uint64_t>();
   if (msas != 0 && msas != chains) throw Error(origin + ": corrupt cache entry (MSA count)");
@@ -351,11 +359,24 @@ void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>&
   }
 }
 
+// The CCD table's source and size, or "no CCD" (a malformed table counts as none).
+std::string ccd_identity() {
+  try {
+    if (const Ccd* c = default_ccd()) return c->source() + ":" + std::to_string(c->size());
+  } catch (const Error&) {
+  }
+  return "no CCD";
+}
+
 // What an entry is built from, as one key: the source file's bytes and each of its MSA files'
 // names and bytes. An entry is reused only when its key is the one its index row records, so a
 // changed source, a new, changed or removed MSA rebuilds it.
 std::string input_key(const std::string& source, const std::vector<std::string>& msa_files) {
   uint32_t crc = file_crc32(source);
+  // Which CCD table parsed it (ligands and modified residues come from it; none: skipped), so
+  // an entry built without the table, or with another, is rebuilt once a table is there.
+  const std::string ccd = ccd_identity();
+  crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(ccd.data()), static_cast<uInt>(ccd.size())));
   for (const std::string& f : msa_files) {
     const std::string name = fs::path(f).filename().string();
     crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size())));

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "core/check.h"
+#include "data/elements.h"
 
 namespace megafold::data {
 namespace {
@@ -75,7 +76,8 @@ Ccd::Ccd(const std::string& path) : path_(path) {
     const unsigned char* rec = map_ + kHeader + k * kComponentBytes;
     const auto first_atom = load<uint32_t>(rec + 16), first_bond = load<uint32_t>(rec + 20);
     const auto count_atoms = load<uint16_t>(rec + 24), count_bonds = load<uint16_t>(rec + 26);
-    if (first_atom + count_atoms > n_atoms || first_bond + count_bonds > n_bonds) fail("corrupt component record");
+    if (uint64_t{first_atom} + count_atoms > n_atoms || uint64_t{first_bond} + count_bonds > n_bonds || rec[28] > 5)
+      fail("corrupt component record " + std::to_string(k));
     CcdComponent c;
     c.id = fixed(reinterpret_cast<const char*>(rec), 8);
     c.parent = fixed(reinterpret_cast<const char*>(rec + 8), 8);
@@ -85,6 +87,8 @@ Ccd::Ccd(const std::string& path) : path_(path) {
     c.bonds = {bonds + first_bond, count_bonds};
     for (const CcdBond& b : c.bonds)
       if (b.a >= count_atoms || b.b >= count_atoms) fail("corrupt bond of component " + std::string(c.id));
+    for (const CcdAtom& a : c.atoms)
+      if (a.element > kMaxElement) fail("atomic number " + std::to_string(a.element) + " in component " + std::string(c.id));
     if (!components_.empty() && !(components_.back().id < c.id)) fail("components not sorted by id");
     components_.push_back(c);
   }

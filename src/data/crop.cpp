@@ -84,8 +84,13 @@ std::vector<int32_t> contiguous_crop(const Entry& e, int crop_size, uint64_t see
       }
   }
   std::sort(keep.begin(), keep.end());
-  // Every span cut its ligand (chains of large ligands only): the nearest whole units instead.
-  if (keep.empty()) return spatial_crop(e, crop_size, seed, false);
+  // Every span cut its ligand (chains of large ligands only): whole units in token order while
+  // they fit, else the first crop_size tokens.
+  for (int i = 0; i < n && keep.empty(); ++i)
+    if (start_of[i] == i && unit_end[i] - i <= crop_size)
+      for (int k = i; k < unit_end[i]; ++k) keep.push_back(k);
+  if (keep.empty())
+    for (int i = 0; i < std::min(crop_size, n); ++i) keep.push_back(i);
   return keep;
 }
 

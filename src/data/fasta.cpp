@@ -176,7 +176,18 @@ bool is_fasta_file(const std::string& path) {
   return ext == ".fasta" || ext == ".fa" || ext == ".faa" || ext == ".fas";
 }
 
-Entry load_fasta(const std::string& path) { return load_fasta(path, default_ccd()); }
+Entry load_fasta(const std::string& path) {
+  const Ccd* ccd = nullptr;
+  std::string why;
+  try {
+    ccd = default_ccd();
+  } catch (const Error& ex) {  // only ccd records need it
+    why = std::string(ex.what()) + "; ccd records skipped";
+  }
+  Entry e = load_fasta(path, ccd);
+  if (!why.empty()) e.warnings.insert(e.warnings.begin(), why);
+  return e;
+}
 
 Entry load_fasta(const std::string& path, const Ccd* ccd) {
   std::ifstream in(path);

@@ -224,7 +224,9 @@ Batch make_batch(const std::vector<const Entry*>& entries,
     }
     max_atoms = std::max<int64_t>(max_atoms, k);
   }
-  out.atom_index = at::zeros({B, max_atoms}, i64);
+  // Padding points at slot kMaxAtomsPerToken - 1 of token 0, which no residue type has (RNA G,
+  // the largest, has 23 atoms), so it never aliases a real atom.
+  out.atom_index = at::full({B, max_atoms}, kMaxAtomsPerToken - 1, i64);
   out.atom_token = at::zeros({B, max_atoms}, i64);
   out.atom_exists = at::zeros({B, max_atoms}, f32);
   {

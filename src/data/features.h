@@ -41,7 +41,8 @@ struct Batch {
   at::Tensor bond_mask;      // [B, NB] float, 1 = a bond of the entry with both atoms resolved
   // The atoms the tokens have, token by token, as AF3 lists them (the model's atom layer runs
   // on this list; A = the most atoms of any entry, padding last).
-  at::Tensor atom_index;     // [B, A] int64 dense slot: token * kMaxAtomsPerToken + slot
+  at::Tensor atom_index;     // [B, A] int64 dense slot: token * kMaxAtomsPerToken + slot (padding:
+                             // slot 23 of token 0, which no residue has)
   at::Tensor atom_token;     // [B, A] int64 its token
   at::Tensor atom_exists;    // [B, A] float, 0 for padding
   at::Tensor atom_coords;    // [B, N, kMaxAtomsPerToken, 3] float, Angstrom

@@ -418,7 +418,28 @@ void Entry::fill_residue_defaults() {
   token_atoms.assign(restype.size(), TokenAtom{});
 }
 
-Entry load_entry(const std::string& path) { return load_entry(path, default_ccd()); }
+namespace {
+
+// default_ccd(), or nullptr with a warning when the table is malformed: a protein-only file
+// must not fail for a table it does not need.
+const Ccd* ccd_or_warn(std::vector<std::string>& warnings) {
+  try {
+    return default_ccd();
+  } catch (const Error& ex) {
+    warnings.push_back(std::string(ex.what()) + "; ligands and non-standard residues skipped");
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+Entry load_entry(const std::string& path) {
+  std::vector<std::string> warnings;
+  const Ccd* ccd = ccd_or_warn(warnings);
+  Entry e = load_entry(path, ccd);
+  e.warnings.insert(e.warnings.begin(), warnings.begin(), warnings.end());
+  return e;
+}
 
 Entry load_entry(const std::string& path, const Ccd* ccd) {
   std::error_code ec;

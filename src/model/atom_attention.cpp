@@ -47,23 +47,26 @@ at::Tensor AtomLayout::to_dense(const at::Tensor& x) const {
   const at::Tensor r = at::arange(R, index.options()).unsqueeze(1).to(x.device());
   at::Tensor keep = rows(R, exists.to(x.device())).to(x.scalar_type());
   for (int64_t d = 2; d < x.dim(); ++d) keep = keep.unsqueeze(-1);
-  // Padding atoms all point at slot 0: accumulating zeros there leaves it to its real atom.
+  // Padding atoms all point at a slot no residue has, and carry zeros.
   return at::zeros(shape, x.options()).index_put({r, rows(R, index.to(x.device()))}, x * keep, /*accumulate=*/true);
 }
 
+// Through the dense layout, so that every accumulation is exact: the list's real atoms are
+// distinct dense slots, and padding atoms carry zeros (in values and in gradients), so no
+// float sum depends on the order of a parallel accumulation (CPU index_put switches to atomic
+// adds for large tensors) and results are bitwise repeatable on any device.
 at::Tensor AtomLayout::from_tokens(const at::Tensor& x) const {
-  const int64_t R = x.size(0);
-  const at::Tensor r = at::arange(R, token.options()).unsqueeze(1).to(x.device());
-  return x.index({r, rows(R, token.to(x.device()))});
+  std::vector<int64_t> shape = x.sizes().vec();
+  at::Tensor keep = rows(x.size(0), exists.to(x.device())).to(x.scalar_type());
+  for (int64_t d = 2; d < x.dim(); ++d) keep = keep.unsqueeze(-1);
+  return from_dense(x.repeat_interleave(kMaxAtomsPerToken, 1)) * keep;
 }
 
 at::Tensor AtomLayout::token_mean(const at::Tensor& x, const at::Tensor& mask) const {
   const int64_t R = x.size(0), c = x.size(2);
-  const at::Tensor r = at::arange(R, token.options()).unsqueeze(1).to(x.device());
-  const at::Tensor tok = rows(R, token.to(x.device()));
   const at::Tensor m = mask.to(x.scalar_type());
-  const at::Tensor sum = at::zeros({R, tokens, c}, x.options()).index_put({r, tok}, x * m.unsqueeze(-1), true);
-  const at::Tensor count = at::zeros({R, tokens}, m.options()).index_put({r, tok}, m, true);
+  const at::Tensor sum = to_dense(x * m.unsqueeze(-1)).view({R, tokens, kMaxAtomsPerToken, c}).sum(2);
+  const at::Tensor count = to_dense(m.unsqueeze(-1)).view({R, tokens, kMaxAtomsPerToken}).sum(2);
   return sum / count.clamp_min(1).unsqueeze(-1);
 }
 

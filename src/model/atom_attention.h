@@ -17,8 +17,8 @@ namespace megafold::model {
 
 // The compact atom list of a batch (data::Batch::atom_index / atom_token / atom_exists) and the
 // moves between it, the tokens and the dense [N * kMaxAtomsPerToken] layout. Rows may be
-// samples of the examples (R = B * S, example-major). Gathers use advanced indexing, whose
-// backward accumulates by sorted index: deterministic on the GPU as well.
+// samples of the examples (R = B * S, example-major). Every move is bitwise repeatable: the
+// token <-> atom moves go through the dense layout (see atom_attention.cpp).
 struct AtomLayout {
   at::Tensor index;   // [B, A] int64 dense slot (token * kMaxAtomsPerToken + slot)
   at::Tensor token;   // [B, A] int64 token of each atom

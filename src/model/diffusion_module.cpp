@@ -166,7 +166,12 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
   const at::Tensor weight = per_sample(prep.atom_weight.to(opts), samples);
   const at::Tensor radius = per_sample(prep.atom_radius.to(opts), samples);
   const at::Tensor bond_atoms = per_sample(b.bond_atoms, samples), bond_mask = per_sample(b.bond_mask.to(opts), samples);
-  const at::Tensor gt_atoms = prep.layout->from_dense(b.atom_coords.reshape({B, b.n_tokens() * kMaxAtomsPerToken, 3}));
+  at::Tensor gt_atoms = prep.layout->from_dense(b.atom_coords.reshape({B, b.n_tokens() * kMaxAtomsPerToken, 3}));
+  // Unresolved atoms (which the network sees, the losses not) start from the resolved atoms'
+  // centroid rather than the file frame's origin, so their noisy positions stay near the molecule.
+  const at::Tensor resolved = prep.loss_mask.unsqueeze(-1).to(gt_atoms.scalar_type());
+  const at::Tensor centroid = (gt_atoms * resolved).sum(1, true) / resolved.sum(1, true).clamp_min(1);
+  gt_atoms = gt_atoms * resolved + centroid * (1 - resolved);
   const at::Tensor gt = centre_random_augmentation(per_sample(gt_atoms.to(opts), samples), mask, gen);
   const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
   const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
@@ -204,11 +209,13 @@ at::Tensor bond_loss(const at::Tensor& x, const at::Tensor& gt, const at::Tensor
                      const at::Tensor& bond_mask) {
   const int64_t R = x.size(0), NB = bond_atoms.size(1);
   if (NB == 0) return at::zeros({R}, x.options());
-  // Advanced indexing: its backward accumulates by sorted index, deterministic on the GPU too.
-  const at::Tensor rows = at::arange(R, bond_atoms.options()).unsqueeze(1);
+  // Bond vectors as a product with the signed incidence matrix [R, NB, A]: a gather's backward
+  // would accumulate an atom's bonds in parallel, in no fixed order; the product is repeatable.
+  const int64_t A = x.size(1);
+  const at::Tensor incidence = (at::one_hot(bond_atoms.select(2, 0), A) - at::one_hot(bond_atoms.select(2, 1), A))
+                                   .to(x.scalar_type());
   auto length = [&](const at::Tensor& y) {
-    const at::Tensor a = y.index({rows, bond_atoms.select(2, 0)}), b = y.index({rows, bond_atoms.select(2, 1)});
-    return (a - b).pow(2).sum(-1).clamp_min(1e-12).sqrt();  // [R, NB]
+    return at::matmul(incidence, y).pow(2).sum(-1).clamp_min(1e-12).sqrt();  // [R, NB]
   };
   const at::Tensor m = bond_mask.to(x.scalar_type());
   return (m * (length(x) - length(gt.to(x.scalar_type()))).pow(2)).sum(1) / m.sum(1).clamp_min(1);

@@ -110,6 +110,24 @@ TEST_F(AtomAttention, LayoutMovesBetweenDenseAtomsAndTokens) {
   EXPECT_TRUE(at::equal(layout.from_tokens(two)[3], per_atom[1]));
 }
 
+// Moves and their gradients are bitwise repeatable at sizes where parallel accumulation would
+// reorder sums (CPU index_put goes atomic past 32768 elements with several threads).
+TEST_F(AtomAttention, LayoutMovesAreBitwiseRepeatable) {
+  const Inputs in = inputs(3, 300, 4, 3, torch::kFloat);
+  const AtomLayout layout(in.batch);
+  const int64_t R = 6, c = 48;  // two samples per example
+  const at::Tensor x = torch::randn({R, 300, c}), w = torch::randn({R, layout.atoms(), c}), v = torch::randn({R, 300, c});
+  const at::Tensor mask = in.mask.repeat_interleave(2, 0);
+  auto grad = [&] {
+    const at::Tensor xg = x.clone().requires_grad_(true);
+    (layout.token_mean(layout.from_tokens(xg) * w, mask) * v).sum().backward();
+    return xg.grad();
+  };
+  ASSERT_GT(R * layout.atoms() * c, 32768);
+  const at::Tensor a = grad(), b = grad();
+  EXPECT_TRUE(at::equal(a, b));
+}
+
 TEST_F(AtomAttention, EncoderIsLocalAndIgnoresMissingAtoms) {
   const DiffusionConfig cfg = small_config();
   const int64_t B = 2, N = 48, c_s = 6, c_z = 5;

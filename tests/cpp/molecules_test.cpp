@@ -507,6 +507,11 @@ TEST(Molecules, SmilesLigandsThroughRdkit) {
   EXPECT_EQ(e.bonds.size(), 13u);
 }
 
+// The atom list's padding points at slot kMaxAtomsPerToken - 1, which no residue type may use.
+TEST(Molecules, TheLastAtomSlotIsFree) {
+  for (int t = 0; t < kNumResidueTypes; ++t) EXPECT_LT(atom_count(t), kMaxAtomsPerToken) << residue_name(t);
+}
+
 // RNA alignments: letters read with the RNA alphabet (T as U, others as N).
 TEST(Molecules, RnaMsaUsesTheNucleotideAlphabet) {
   const Msa m = parse_a3m(">q\nACGU\n>h\nACTX\n>i\nA-gGU\n", "rna.a3m", MolType::kRna);
