@@ -1,6 +1,7 @@
 #include "model/atom_attention.h"
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 #include <torch/nn/functional/activation.h>
 
 #include <cmath>
@@ -22,6 +23,34 @@ constexpr int64_t kAtomFeatures = 3 + 1 + 1 + kElements + kNameChars * kCharClas
 
 at::Tensor ones(int64_t n) { return torch::ones({n}); }
 at::Tensor zeros(int64_t n) { return torch::zeros({n}); }
+
+// z[b, tok_q, tok_k] for every window pair: zp [B, N, N, c], tok_q [B, bl, 32], tok_k [B, bl,
+// 128] -> [B, bl, 32, 128, c]. Many atom pairs share a token pair, so the backward accumulates
+// duplicates; ATen does that by sorted index on the GPU but with parallel atomic adds on the
+// CPU unless deterministic mode is on, which the backward turns on around its one call.
+struct GatherTokenPairs : public torch::autograd::Function<GatherTokenPairs> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& zp, const at::Tensor& tok_q,
+                            const at::Tensor& tok_k) {
+    ctx->save_for_backward({tok_q, tok_k});
+    ctx->saved_data["shape"] = zp.sizes().vec();
+    return zp.index({batch_index(tok_q), tok_q.unsqueeze(-1), tok_k.unsqueeze(2)});
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &tok_q = saved[0], &tok_k = saved[1];
+    at::Tensor dz = at::zeros(ctx->saved_data["shape"].toIntVector(), grad[0].options());
+    auto& context = at::globalContext();
+    const bool was = context.deterministicAlgorithms(), warn_only = context.deterministicAlgorithmsWarnOnly();
+    if (dz.is_cpu()) context.setDeterministicAlgorithms(true, true);
+    dz.index_put_({batch_index(tok_q), tok_q.unsqueeze(-1), tok_k.unsqueeze(2)}, grad[0], /*accumulate=*/true);
+    if (dz.is_cpu()) context.setDeterministicAlgorithms(was, warn_only);
+    return {dz, at::Tensor(), at::Tensor()};
+  }
+  static at::Tensor batch_index(const at::Tensor& tok_q) {
+    return at::arange(tok_q.size(0), tok_q.options()).view({-1, 1, 1, 1});
+  }
+};
 
 }  // namespace
 
@@ -217,8 +246,7 @@ AtomConditioning AtomAttentionEncoderImpl::condition(const data::ReferenceFeatur
   if (s_trunk.defined()) {  // lines 9-11: the trunk's conditioning
     c = c + layout.from_tokens(at::linear(at::layer_norm(s_trunk, {s_trunk.size(-1)}, ln_s_w_, ln_s_b_), w_s_));
     const at::Tensor zp = at::linear(at::layer_norm(z, {z.size(-1)}, ln_z_w_, ln_z_b_), w_z_);  // [B, N, N, cp]
-    const at::Tensor b = at::arange(B, atom_token.options()).view({B, 1, 1, 1});
-    p = p + zp.index({b, tok_q.unsqueeze(-1), tok_k.unsqueeze(2)});
+    p = p + GatherTokenPairs::apply(zp, tok_q, tok_k);
   }
   // Lines 13-14.
   p = p + at::linear(at::relu(w.queries(c)), w_cl_).unsqueeze(3) + at::linear(at::relu(w.keys_of(c)), w_cm_).unsqueeze(2);
