@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "core/check.h"
 #include "data/ccd.h"
 #include "data/structure.h"
 #include "infer/predictor.h"
@@ -43,7 +44,12 @@ int inspect_main(const std::vector<std::string>& argv) {
                       {"atoms", resolved},
                       {"sequence", e.sequence(c)}});
   }
-  const data::Ccd* ccd = data::default_ccd();
+  std::string ccd = "none";
+  try {
+    if (const data::Ccd* table = data::default_ccd()) ccd = table->path() + " (" + table->source() + ")";
+  } catch (const Error& ex) {  // a damaged table: the file loaded without it (its warning says so)
+    ccd = std::string("unusable: ") + ex.what();
+  }
   const nlohmann::json out = {{"name", e.name},
                               {"path", e.path},
                               {"tokens", e.n_tokens()},
@@ -53,7 +59,7 @@ int inspect_main(const std::vector<std::string>& argv) {
                               {"bonds", e.bonds.size()},
                               {"dropped_residues", e.dropped_residues},
                               {"dropped_hydrogens", e.dropped_hydrogens},
-                              {"ccd", ccd ? ccd->path() + " (" + ccd->source() + ")" : "none"}};
+                              {"ccd", ccd}};
   if (args.has("json")) {
     std::cout << out.dump(2) << "\n";
     return 0;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -505,6 +506,30 @@ TEST(Molecules, SmilesLigandsThroughRdkit) {
   EXPECT_EQ(e.components, std::vector<std::string>{"LIG"});
   EXPECT_EQ(e.n_tokens(), 5 + 13);
   EXPECT_EQ(e.bonds.size(), 13u);
+}
+
+// A damaged CCD table is an error naming the file and what is wrong (bad magic, truncation).
+TEST(Molecules, DamagedCcdTablesAreNamed) {
+  const Ccd& c = ccd();
+  TempDir dir;
+  std::ifstream in(c.path(), std::ios::binary);
+  std::string bytes(1 << 16, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto error = [](const std::string& path) {
+    try {
+      Ccd table(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string cut = dir.write("cut.mfccd", bytes);  // the header promises far more
+  EXPECT_NE(error(cut).find(cut + ": truncated or corrupt CCD table"), std::string::npos) << error(cut);
+  std::string bad = bytes;
+  bad[0] = 'X';
+  const std::string magic = dir.write("magic.mfccd", bad);
+  EXPECT_NE(error(magic).find(magic + ": not a CCD table (bad magic)"), std::string::npos) << error(magic);
+  EXPECT_NE(error(dir.str() + "/none.mfccd").find("cannot open the CCD table"), std::string::npos);
 }
 
 // The atom list's padding points at slot kMaxAtomsPerToken - 1, which no residue type may use.

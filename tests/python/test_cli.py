@@ -96,3 +96,22 @@ def test_set_overrides_reach_the_saved_config(megafold_bin, source_dir, tmp_path
     bad = run(megafold_bin, "config", "show", "cpu-tiny", "--set", "optim.lrr=1")
     assert bad.returncode == 1 and "--set optim.lrr=1" in bad.stderr and "unknown key 'lrr'" in bad.stderr
     assert "cpu-tiny" in run(megafold_bin, "config", "list").stdout
+
+
+def test_inspect_reports_molecule_types_and_survives_a_bad_ccd_table(megafold_bin, source_dir, tmp_path):
+    import json
+    r = run(megafold_bin, "inspect", str(source_dir / "data/pdb/1lcd.cif.gz"), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [c["mol_type"] for c in d["chains"]] == ["dna", "dna", "protein", "ligand"]
+    assert d["components"] == ["NA"]
+    # A damaged table: proteins and nucleic acids still load, ligands are skipped by name.
+    bad = tmp_path / "bad.mfccd"
+    bad.write_bytes(b"not a table" * 10)
+    import os
+    env = dict(os.environ, MEGAFOLD_CCD=str(bad))
+    r = subprocess.run([megafold_bin, "inspect", str(source_dir / "data/pdb/1lcd.cif.gz"), "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert [c["mol_type"] for c in json.loads(r.stdout)["chains"]] == ["dna", "dna", "protein"]
+    assert f"{bad}: not a CCD table" in r.stderr and "ligands and non-standard residues skipped" in r.stderr
