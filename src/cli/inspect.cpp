@@ -44,12 +44,9 @@ int inspect_main(const std::vector<std::string>& argv) {
                       {"atoms", resolved},
                       {"sequence", e.sequence(c)}});
   }
-  std::string ccd = "none";
-  try {
-    if (const data::Ccd* table = data::default_ccd()) ccd = table->path() + " (" + table->source() + ")";
-  } catch (const Error& ex) {  // a damaged table: the file loaded without it (its warning says so)
-    ccd = std::string("unusable: ") + ex.what();
-  }
+  std::string why, ccd = "none";
+  if (const data::Ccd* table = data::usable_default_ccd(&why)) ccd = table->path() + " (" + table->source() + ")";
+  if (!why.empty()) ccd = "unusable: " + why;  // the file loaded without it (its warning says so)
   const nlohmann::json out = {{"name", e.name},
                               {"path", e.path},
                               {"tokens", e.n_tokens()},

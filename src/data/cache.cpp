@@ -361,11 +361,8 @@ void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>&
 
 // The CCD table's source and size, or "no CCD" (a malformed table counts as none).
 std::string ccd_identity() {
-  try {
-    if (const Ccd* c = default_ccd()) return c->source() + ":" + std::to_string(c->size());
-  } catch (const Error&) {
-  }
-  return "no CCD";
+  const Ccd* c = usable_default_ccd(nullptr);
+  return c ? c->source() + ":" + std::to_string(c->size()) : "no CCD";
 }
 
 // What an entry is built from, as one key: the source file's bytes and each of its MSA files'

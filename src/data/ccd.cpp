@@ -130,4 +130,13 @@ const Ccd* default_ccd() {
   return ccd.get();
 }
 
+const Ccd* usable_default_ccd(std::string* why) {
+  try {
+    return default_ccd();
+  } catch (const Error& ex) {
+    if (why) *why = ex.what();
+    return nullptr;
+  }
+}
+
 }  // namespace megafold::data

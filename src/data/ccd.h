@@ -85,4 +85,8 @@ std::string default_ccd_path();
 // file there (a malformed file still throws). Thread-safe.
 const Ccd* default_ccd();
 
+// default_ccd(), or nullptr with the reason in *why (when given) for a malformed table: for
+// callers that go on without one (protein-only inputs never need it).
+const Ccd* usable_default_ccd(std::string* why);
+
 }  // namespace megafold::data

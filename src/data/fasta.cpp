@@ -15,13 +15,6 @@
 namespace megafold::data {
 namespace {
 
-// Chain ids A..Z, then AA, AB, ... as mmCIF allows.
-std::string chain_name(int i) {
-  std::string s;
-  for (++i; i > 0; i = (i - 1) / 26) s.insert(s.begin(), static_cast<char>('A' + (i - 1) % 26));
-  return s;
-}
-
 enum class RecordKind { kProtein, kDna, kRna, kCcd, kSmiles };
 
 // The record's kind from its header: the first '|'-separated field after the first that names
@@ -99,7 +92,7 @@ void add_ligands(Entry& e, const Record& r, const std::string& path, int asym, c
     std::transform(code.begin(), code.end(), code.begin(), [](unsigned char c) { return std::toupper(c); });
     const CcdComponent* comp = ccd ? ccd->find(code) : nullptr;
     if (comp == nullptr) {
-      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_name(asym) + " component " + code +
+      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_label(asym) + " component " + code +
                            (ccd ? " is not in the CCD" : " cannot be built: no CCD table at '" + default_ccd_path() +
                                                             "' (run scripts/setup.sh or set MEGAFOLD_CCD)") +
                            "; skipped");
@@ -125,7 +118,7 @@ void add_ligands(Entry& e, const Record& r, const std::string& path, int asym, c
       std::copy(a.pos, a.pos + 3, t.ref_pos);
     }
     if (e.n_tokens() == first) {
-      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_name(asym) + " component " + code +
+      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_label(asym) + " component " + code +
                            " has no heavy atoms; skipped");
       continue;
     }
@@ -142,7 +135,7 @@ void add_smiles(Entry& e, const Record& r, const std::string& path, int asym) {
   std::string smiles;
   for (const char c : r.text)
     if (!std::isspace(static_cast<unsigned char>(c))) smiles.push_back(c);
-  const std::string where = path + ":" + std::to_string(r.line) + ": chain " + chain_name(asym);
+  const std::string where = path + ":" + std::to_string(r.line) + ": chain " + chain_label(asym);
   if (smiles.empty()) throw Error(where + ": smiles record without a SMILES");
   SmilesLigand lig;
   try {
@@ -177,15 +170,10 @@ bool is_fasta_file(const std::string& path) {
 }
 
 Entry load_fasta(const std::string& path) {
-  const Ccd* ccd = nullptr;
   std::string why;
-  try {
-    ccd = default_ccd();
-  } catch (const Error& ex) {  // only ccd records need it
-    why = std::string(ex.what()) + "; ccd records skipped";
-  }
+  const Ccd* ccd = usable_default_ccd(&why);  // only ccd records need it
   Entry e = load_fasta(path, ccd);
-  if (!why.empty()) e.warnings.insert(e.warnings.begin(), why);
+  if (!why.empty()) e.warnings.insert(e.warnings.begin(), why + "; ccd records skipped");
   return e;
 }
 
@@ -230,9 +218,9 @@ Entry load_fasta(const std::string& path, const Ccd* ccd) {
     } else {
       add_polymer(e, r, path, asym);
       if (e.n_tokens() == before)
-        throw Error(path + ":" + std::to_string(r.line) + ": record '" + chain_name(asym) + "' has no residues");
+        throw Error(path + ":" + std::to_string(r.line) + ": record '" + chain_label(asym) + "' has no residues");
     }
-    if (e.n_tokens() > before) e.chain_ids.push_back(chain_name(asym));
+    if (e.n_tokens() > before) e.chain_ids.push_back(chain_label(asym));
   }
   if (e.n_tokens() == 0) throw Error(path + ": no residues or ligands left to predict");
   std::sort(e.bonds.begin(), e.bonds.end());

@@ -156,6 +156,10 @@ bool is_fasta_file(const std::string& path);
 void write_mmcif(const Entry& e, const std::string& path, const std::vector<float>& coords = {},
                  const std::vector<float>& b_factors = {});
 
+// Chain label number k (0-based): A..Z, then AA, AB, ... as mmCIF allows (FASTA chain ids, the
+// writer's label_asym_id).
+std::string chain_label(int k);
+
 // The entry name of a structure file: its file name without .gz and the last extension.
 std::string entry_name(const std::string& path);
 

@@ -418,26 +418,17 @@ void Entry::fill_residue_defaults() {
   token_atoms.assign(restype.size(), TokenAtom{});
 }
 
-namespace {
-
-// default_ccd(), or nullptr with a warning when the table is malformed: a protein-only file
-// must not fail for a table it does not need.
-const Ccd* ccd_or_warn(std::vector<std::string>& warnings) {
-  try {
-    return default_ccd();
-  } catch (const Error& ex) {
-    warnings.push_back(std::string(ex.what()) + "; ligands and non-standard residues skipped");
-    return nullptr;
-  }
+std::string chain_label(int k) {
+  std::string id;
+  for (++k; k > 0; k = (k - 1) / 26) id.insert(id.begin(), static_cast<char>('A' + (k - 1) % 26));
+  return id;
 }
 
-}  // namespace
-
 Entry load_entry(const std::string& path) {
-  std::vector<std::string> warnings;
-  const Ccd* ccd = ccd_or_warn(warnings);
+  std::string why;
+  const Ccd* ccd = usable_default_ccd(&why);
   Entry e = load_entry(path, ccd);
-  e.warnings.insert(e.warnings.begin(), warnings.begin(), warnings.end());
+  if (!why.empty()) e.warnings.insert(e.warnings.begin(), why + "; ligands and non-standard residues skipped");
   return e;
 }
 
@@ -494,13 +485,6 @@ Entry load_entry(const std::string& path, const Ccd* ccd) {
 
 namespace {
 
-// mmCIF label_asym_id of chain number k: A..Z, then AA, AB, ... (unique per asym, unlike the
-// author chain ids that ligands share with their polymer).
-std::string label_asym_id(int k) {
-  std::string id;
-  for (++k; k > 0; k = (k - 1) / 26) id.insert(id.begin(), static_cast<char>('A' + (k - 1) % 26));
-  return id;
-}
 
 gemmi::PolymerType polymer_type_of(MolType m) {
   switch (m) {
@@ -552,7 +536,7 @@ void write_mmcif(const Entry& e, const std::string& path, const std::vector<floa
       res.seqid = author ? gemmi::SeqId(e.author_index[i], e.insertion_codes.at(i)) : gemmi::SeqId(e.residue_index[i], ' ');
       if (mol != MolType::kLigand) res.label_seq = e.residue_index[i];
       res.entity_type = mol == MolType::kLigand ? gemmi::EntityType::NonPolymer : gemmi::EntityType::Polymer;
-      res.subchain = label_asym_id(asym);
+      res.subchain = chain_label(asym);
       res.entity_id = std::to_string(e.entity_id.at(i) + 1);
       res.het_flag = e.per_atom(i) ? 'H' : 'A';
       model.chains.back().residues.push_back(std::move(res));
@@ -579,7 +563,7 @@ void write_mmcif(const Entry& e, const std::string& path, const std::vector<floa
       it->entity_type = mol == MolType::kLigand ? gemmi::EntityType::NonPolymer : gemmi::EntityType::Polymer;
       if (mol != MolType::kLigand) it->polymer_type = polymer_type_of(mol);
     }
-    const std::string chain = label_asym_id(e.asym_id[i]);
+    const std::string chain = chain_label(e.asym_id[i]);
     if (std::find(it->subchains.begin(), it->subchains.end(), chain) == it->subchains.end()) {
       it->subchains.push_back(chain);
     } else if (it->subchains.front() != chain) {
