@@ -35,6 +35,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def fit(binary, model, n, mode, steps, timeout):
+    """One `megafold fit` process: its JSON row (or the error), stamped with the commit and date
+    so that a file merged from several runs keeps them apart."""
+    return {**measure(binary, model, n, mode, steps, timeout), "commit": commit(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def measure(binary, model, n, mode, steps, timeout):
     cmd = [binary, "fit", "--model", model, "--n", str(n), "--memory", mode, "--steps", str(steps),
            "--data", str(ROOT / "data/pdb")]
     t0 = time.time()

@@ -7,9 +7,27 @@
 #include "cli/args.h"
 #include "core/check.h"
 #include "core/files.h"
+#include "data/residue_constants.h"
 #include "infer/predictor.h"
 
 namespace megafold::cli {
+namespace {
+
+// Residues of chain `asym`: a per-atom residue (a ligand, a modified residue) has one token per
+// atom, all with its residue index.
+int residue_count(const data::Entry& e, int asym) {
+  int count = 0, previous = -1;
+  bool first = true;
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    if (e.asym_id[i] != asym) continue;
+    if (first || e.residue_index[i] != previous) ++count;
+    previous = e.residue_index[i];
+    first = false;
+  }
+  return count;
+}
+
+}  // namespace
 
 int predict_main(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
@@ -66,8 +84,9 @@ int predict_main(const std::vector<std::string>& argv) {
   const int64_t A = r.coords.size(1);
   nlohmann::json chains = nlohmann::json::array(), rows = nlohmann::json::array();
   for (int c = 0; c < entry.n_chains(); ++c)
-    chains.push_back({{"id", entry.chain_ids[c]}, {"residues", entry.sequence(c).size()},
-                      {"sequence", entry.sequence(c)}});
+    chains.push_back({{"id", entry.chain_ids[c]}, {"label_asym_id", data::chain_label(c)},
+                      {"molecule", data::mol_type_name(entry.chain_mol_type(c))},
+                      {"residues", residue_count(entry, c)}, {"sequence", entry.sequence(c)}});
   for (int64_t k = 0; k < samples; ++k) {
     const at::Tensor xyz = r.coords[k].contiguous();
     const std::vector<float> coords(xyz.data_ptr<float>(), xyz.data_ptr<float>() + A * 3);

@@ -93,6 +93,25 @@ def test_predict_fasta(megafold_bin, checkpoint, tmp_path):
     assert sum(1 for a in atoms if a["label_atom_id"] == "CA") == 14
 
 
+def test_predict_fasta_with_dna_and_ligands(megafold_bin, checkpoint, tmp_path):
+    # A model trained on proteins alone still takes every molecule type: DNA by its letters,
+    # ligands by CCD code (ATP: 31 heavy atoms, MG: 1), each written as its own chain.
+    fasta = tmp_path / "complex.fasta"
+    fasta.write_text(">A|protein\nMKTAYIAKQR\n>B|dna\nACGTN\n>C|ccd\nATP MG\n")
+    out = tmp_path / "out"
+    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--samples", "1")
+    assert r.returncode == 0, r.stderr
+    chains = json.loads((out / "complex_summary.json").read_text())["chains"]
+    assert [(c["label_asym_id"], c["molecule"], c["residues"]) for c in chains] == [
+        ("A", "protein", 10), ("B", "dna", 5), ("C", "ligand", 2)]
+    atoms = atom_site(out / "complex_sample_0.cif")
+    het = [a for a in atoms if a["group_PDB"] == "HETATM"]
+    assert sum(1 for a in het if a["label_comp_id"] == "ATP") == 31
+    assert [a["type_symbol"] for a in het if a["label_comp_id"] == "MG"] == ["MG"]
+    assert {a["label_comp_id"] for a in atoms if a["label_asym_id"] == "B"} == {"DA", "DC", "DG", "DT", "DN"}
+    assert all(a["group_PDB"] == "ATOM" for a in atoms if a["label_asym_id"] in ("A", "B"))
+
+
 def test_eval_scores_a_directory_and_skips_bad_files(megafold_bin, source_dir, checkpoint, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
