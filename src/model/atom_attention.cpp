@@ -52,6 +52,30 @@ struct GatherTokenPairs : public torch::autograd::Function<GatherTokenPairs> {
   }
 };
 
+// x [B, A, ...] -> x[:, keys] with index A reading a zero row. index_select's backward adds
+// with atomics on the GPU, and every atom is a key of up to four blocks; this backward instead
+// sums each atom's (at most) four key gradients in a fixed order.
+struct GatherWindowKeys : public torch::autograd::Function<GatherWindowKeys> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& keys,
+                            const at::Tensor& holders) {
+    ctx->save_for_backward({holders});
+    return with_zero_row(x).index_select(1, keys);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const at::Tensor holders = ctx->get_saved_variables()[0];
+    const at::Tensor g = with_zero_row(grad[0]);
+    at::Tensor dx = g.index_select(1, holders.select(1, 0));
+    for (int64_t k = 1; k < holders.size(1); ++k) dx = dx + g.index_select(1, holders.select(1, k));
+    return {dx, at::Tensor(), at::Tensor()};
+  }
+  static at::Tensor with_zero_row(const at::Tensor& x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[1] = 1;
+    return at::cat({x, at::zeros(shape, x.options())}, 1);
+  }
+};
+
 }  // namespace
 
 AtomLayout::AtomLayout(const data::Batch& batch)
@@ -104,10 +128,16 @@ AtomWindows::AtomWindows(int64_t n_atoms, const at::Device& device) : atoms(n_at
   blocks = (n_atoms + kQueries - 1) / kQueries;
   const auto i64 = at::TensorOptions().dtype(at::kLong).device(device);
   // Keys of block b: the 128 atoms centred on the block's 32 queries, [32b - 48, 32b + 80).
-  const at::Tensor idx =
-      (at::arange(blocks, i64) * kQueries + kQueries / 2 - kKeys / 2).unsqueeze(1) + at::arange(kKeys, i64);
+  constexpr int64_t kLead = kKeys / 2 - kQueries / 2;  // 48 keys before the first query
+  const at::Tensor idx = (at::arange(blocks, i64) * kQueries - kLead).unsqueeze(1) + at::arange(kKeys, i64);
   valid = (idx >= 0) & (idx < n_atoms);
-  keys = idx.clamp(0, n_atoms - 1);
+  keys = at::where(valid, idx, n_atoms);
+  // Atom a is key a - 32b + 48 of the blocks b with 32b in (a - 80, a + 48]: the last of them
+  // is (a + 48) / 32, the others the three before it where they exist.
+  const at::Tensor a = at::arange(n_atoms, i64).unsqueeze(1);
+  const at::Tensor b = at::floor_divide(a + kLead, kQueries) - at::arange(kKeys / kQueries, i64);
+  const at::Tensor position = a - b * kQueries + kLead;
+  holders = at::where((b >= 0) & (b < blocks) & (position < kKeys), b * kKeys + position, blocks * kKeys);
 }
 
 at::Tensor AtomWindows::queries(const at::Tensor& x) const {
@@ -124,7 +154,7 @@ at::Tensor AtomWindows::keys_of(const at::Tensor& x) const {
   std::vector<int64_t> shape = x.sizes().vec();
   shape[1] = kKeys;
   shape.insert(shape.begin() + 1, blocks);
-  return x.index_select(1, keys.reshape({-1})).view(shape);
+  return GatherWindowKeys::apply(x, keys.reshape({-1}), holders).view(shape);
 }
 
 at::Tensor AtomWindows::unblock(const at::Tensor& x) const { return x.flatten(1, 2).narrow(1, 0, atoms); }

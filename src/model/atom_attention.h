@@ -44,13 +44,18 @@ struct AtomLayout {
 struct AtomWindows {
   static constexpr int64_t kQueries = 32, kKeys = 128;
   int64_t atoms = 0, blocks = 0;
-  at::Tensor keys;   // [blocks, kKeys] int64, key atom index clamped into [0, A)
-  at::Tensor valid;  // [blocks, kKeys] bool, the key index lies in [0, A) (before clamping)
+  at::Tensor keys;   // [blocks, kKeys] int64, key atom index in [0, A); A (a zero row) outside
+  at::Tensor valid;  // [blocks, kKeys] bool, the key lies in [0, A)
+  // [A, 4] int64: the flat key positions (block * kKeys + key) holding each atom, at most four
+  // (128 keys / 32 queries); blocks * kKeys (a zero row) where an atom has fewer. keys_of's
+  // backward sums an atom's gradient over them in this order, so it needs no atomic adds.
+  at::Tensor holders;
 
   AtomWindows(int64_t atoms, const at::Device& device);
   // x [B, A, ...] -> [B, blocks, kQueries, ...], zero rows past A.
   at::Tensor queries(const at::Tensor& x) const;
-  // x [B, A, ...] -> [B, blocks, kKeys, ...] (rows of clamped keys repeat; mask them with valid).
+  // x [B, A, ...] -> [B, blocks, kKeys, ...], zero rows for keys outside [0, A) (mask them with
+  // valid). Its gradient is bitwise repeatable on any device.
   at::Tensor keys_of(const at::Tensor& x) const;
   // [B, blocks, kQueries, ...] -> [B, A, ...] (drops the padding rows).
   at::Tensor unblock(const at::Tensor& x) const;

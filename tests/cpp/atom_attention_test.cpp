@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "data/features.h"
 #include "data/residue_constants.h"
 #include "model/atom_attention.h"
@@ -41,6 +43,28 @@ TEST_F(AtomAttention, WindowsCentreOnTheirBlocks) {
   EXPECT_TRUE(at::equal(k[1][2][10], x[1][16 + 10]));
   EXPECT_TRUE(at::equal(w.unblock(w.queries(x)), x));
   EXPECT_EQ(w.queries(x)[0][2][31].abs().sum().item<float>(), 0.f);  // padding query rows
+  EXPECT_EQ(k[0][0][47].abs().sum().item<float>(), 0.f);             // key -1: a zero row
+}
+
+// keys_of's backward (each atom's key gradients summed over the blocks holding it, in order)
+// against index_select's on every awkward atom count: fewer atoms than a window, one block,
+// partial last blocks.
+TEST_F(AtomAttention, WindowKeyGradientsSumOverEveryBlockHoldingTheAtom) {
+  for (int64_t A : {1, 5, 32, 33, 80, 127, 129, 300}) {
+    const AtomWindows w(A, at::kCPU);
+    const at::Tensor x = torch::randn({2, A, 3}, torch::kDouble).requires_grad_(true);
+    const at::Tensor up = torch::randn({2, w.blocks, AtomWindows::kKeys, 3}, torch::kDouble);
+    (w.keys_of(x) * up).sum().backward();
+    const at::Tensor ref = x.detach().clone().requires_grad_(true);
+    const at::Tensor padded = at::cat({ref, at::zeros({2, 1, 3}, ref.options())}, 1);
+    (padded.index_select(1, w.keys.reshape({-1})).view(up.sizes()) * up).sum().backward();
+    EXPECT_LT(rel_error(x.grad(), ref.grad()), 1e-14) << A << " atoms";
+    // Every atom is held by min(4, blocks) blocks at most, and by at least one.
+    const at::Tensor held = (w.holders < w.blocks * AtomWindows::kKeys).sum(1);
+    EXPECT_GE(held.min().item<int64_t>(), 1) << A;
+    EXPECT_LE(held.max().item<int64_t>(), std::min<int64_t>(4, w.blocks)) << A;
+    EXPECT_EQ(held.sum().item<int64_t>(), w.valid.sum().item<int64_t>()) << A;
+  }
 }
 
 // A batch's token types and compact atom list (as data::make_batch lays it out): every slot
