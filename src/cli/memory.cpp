@@ -157,12 +157,12 @@ int memory_main(const std::vector<std::string>& argv) {
     });
   }
   if (m.has_confidence()) {
-    prof.run("pLDDT head (rollout and head)", [&] {
+    prof.run("confidence head (rollout and head)", [&] {
       model::SamplerConfig rollout;
       rollout.steps = cfg.confidence.rollout_steps;
       const at::Tensor x = model::sample_structures(m.diffusion(), ctx, 1, rollout, 4);
-      const at::Tensor logits = m.confidence()(batch, emb.s_inputs, trunk.s, trunk.z, x, 5);
-      return std::vector<at::Tensor>{model::plddt_loss(logits, x, batch).loss};
+      const model::ConfidenceLogits logits = m.confidence()(batch, emb.s_inputs, trunk.s, trunk.z, x, 5);
+      return std::vector<at::Tensor>{model::confidence_loss(logits, x, batch, cfg.confidence).total};
     });
   }
   m.zero_grad(/*set_to_none=*/true);

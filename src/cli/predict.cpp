@@ -1,8 +1,11 @@
 // `megafold predict`: structures and pLDDT for one input with a trained checkpoint.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 
 #include "cli/args.h"
 #include "core/check.h"
@@ -25,6 +28,57 @@ int residue_count(const data::Entry& e, int asym) {
     first = false;
   }
   return count;
+}
+
+// Rounded for the JSON files (AF3 writes two decimals).
+double round2(double x) { return std::round(x * 100.0) / 100.0; }
+
+// AF3's <name>_confidences.json of sample k: per written atom its chain and pLDDT, per token its
+// chain and residue number, and the PAE and contact-probability matrices over tokens.
+nlohmann::json sample_confidences(const data::Entry& e, const std::vector<uint8_t>& written,
+                                  const infer::PredictedEntry& r, int64_t k) {
+  const int N = e.n_tokens();
+  std::vector<std::string> atom_chains, token_chains;
+  std::vector<double> atom_plddts;
+  std::vector<int> token_res_ids;
+  for (int i = 0; i < N; ++i) {
+    token_chains.push_back(data::chain_label(e.asym_id[i]));
+    token_res_ids.push_back(e.residue_index[i]);
+    for (int a = 0; a < data::kMaxAtomsPerToken; ++a)
+      if (written[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a]) {
+        atom_chains.push_back(token_chains.back());
+        atom_plddts.push_back(round2(r.plddt[k][i * data::kMaxAtomsPerToken + a].item<double>()));
+      }
+  }
+  auto matrix = [&](const at::Tensor& m) {
+    const at::Tensor c = m.contiguous();
+    const float* v = c.data_ptr<float>();
+    std::vector<std::vector<double>> rows(N, std::vector<double>(N));
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < N; ++j) rows[i][j] = round2(v[static_cast<size_t>(i) * N + j]);
+    return rows;
+  };
+  return {{"atom_chain_ids", atom_chains}, {"atom_plddts", atom_plddts},   {"contact_probs", matrix(r.contact_probs)},
+          {"pae", matrix(r.pae[k])},       {"token_chain_ids", token_chains}, {"token_res_ids", token_res_ids}};
+}
+
+// AF3's <name>_summary_confidences.json of sample k (no fraction_disordered: the ranking score
+// leaves out AF3's disorder term).
+nlohmann::json summary_confidences(const infer::PredictedEntry& r, int64_t k) {
+  const at::Tensor pair = r.chain_pair_iptm[k];
+  const int64_t chains = pair.size(0);
+  std::vector<std::vector<double>> chain_pair(chains, std::vector<double>(chains));
+  std::vector<double> chain_ptm(chains);
+  for (int64_t c = 0; c < chains; ++c) {
+    chain_ptm[c] = pair[c][c].item<double>();
+    for (int64_t d = 0; d < chains; ++d) chain_pair[c][d] = pair[c][d].item<double>();
+  }
+  return {{"ptm", r.ptm[k].item<double>()},
+          {"iptm", r.iptm[k].item<double>()},
+          {"chain_pair_iptm", chain_pair},
+          {"chain_ptm", chain_ptm},
+          {"has_clash", r.has_clash[k].item<bool>()},
+          {"ranking_score", r.ranking_score[k].item<double>()}};
 }
 
 }  // namespace
@@ -103,14 +157,36 @@ int predict_main(const std::vector<std::string>& argv) {
       row["lddt_ca"] = r.lddt_ca[k];
       row["lddt_all_atom"] = r.lddt_all[k];
     }
+    if (r.pae.defined()) {
+      const std::string stem = entry.name + "_sample_" + std::to_string(k);
+      const nlohmann::json confidences = sample_confidences(entry, predicted.atom_mask, r, k);
+      write_file_atomically((std::filesystem::path(out) / (stem + "_confidences.json")).string(),
+                            confidences.dump() + "\n");
+      const nlohmann::json scores = summary_confidences(r, k);
+      write_file_atomically((std::filesystem::path(out) / (stem + "_summary_confidences.json")).string(),
+                            scores.dump(2) + "\n");
+      for (const char* key : {"ptm", "iptm", "ranking_score", "has_clash"}) row[key] = scores[key];
+    }
     data::write_mmcif(predicted, (std::filesystem::path(out) / file).string(), coords, b_factors);
     rows.push_back(row);
     std::cout << "  " << file << ": " << row.dump() << std::endl;
   }
-  const nlohmann::json summary = {
+  nlohmann::json summary = {
       {"input", input},        {"name", entry.name}, {"checkpoint", checkpoint}, {"checkpoint_step", predictor.step()},
       {"config", predictor.config().name}, {"seed", seed}, {"sampler_steps", predictor.config().model.diffusion.sampler_steps},
       {"ema_weights", po.ema}, {"chains", chains}, {"samples", rows}};
+  if (r.ranking_score.defined()) {
+    // Samples best first by ranking score, as AF3's ranking_scores.csv lists them.
+    std::vector<int64_t> order(samples);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return r.ranking_score[a].item<double>() > r.ranking_score[b].item<double>();
+    });
+    summary["ranking"] = order;
+    std::string csv = "sample,ranking_score\n";
+    for (const int64_t k : order) csv += std::to_string(k) + "," + std::to_string(r.ranking_score[k].item<double>()) + "\n";
+    write_file_atomically((std::filesystem::path(out) / (entry.name + "_ranking_scores.csv")).string(), csv);
+  }
   const std::string summary_path = (std::filesystem::path(out) / (entry.name + "_summary.json")).string();
   write_file_atomically(summary_path, summary.dump(2) + "\n");
   std::cout << "wrote " << samples << " structure(s) and " << summary_path << std::endl;

@@ -94,7 +94,8 @@ template <typename S>
 void keys(S& c, auto&& f) {
   f("n_blocks", c.n_blocks), f("plddt_bins", c.plddt_bins), f("distance_bins", c.distance_bins);
   f("distance_min", c.distance_min), f("distance_max", c.distance_max), f("rollout_steps", c.rollout_steps);
-  f("every", c.every), f("weight", c.weight);
+  f("every", c.every), f("weight", c.weight), f("error_bins", c.error_bins), f("error_max", c.error_max);
+  f("pae_weight", c.pae_weight);
 }
 
 template <typename S>
@@ -354,6 +355,8 @@ void validate(const TrainConfig& c, const std::string& origin) {
     positive(k.every, "model.confidence.every");
     if (k.distance_bins < 2 || !(k.distance_min < k.distance_max) || !(k.weight >= 0))
       throw Error(origin + ": 'model.confidence' needs distance_bins >= 2, distance_min < distance_max and weight >= 0");
+    if (k.error_bins < 2 || !(k.error_max > 0) || !(k.pae_weight >= 0))
+      throw Error(origin + ": 'model.confidence' needs error_bins >= 2, error_max > 0 and pae_weight >= 0");
   }
 }
 

@@ -6,6 +6,8 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <numeric>
 
 #include "core/check.h"
@@ -91,6 +93,63 @@ ReferenceFeatures batch_reference_features(const std::vector<const Entry*>& entr
   return f;
 }
 
+// Batch::frame_atoms and frame_mask of the selected tokens; per-atom tokens' neighbours from
+// the reference features (positions and conformer ids) of the batch.
+void token_frames(const std::vector<const Entry*>& entries, const std::vector<std::vector<int32_t>>& sels, Batch& out) {
+  constexpr int A = kMaxAtomsPerToken;
+  constexpr double kMinAngle = 25.0 * 3.14159265358979323846 / 180.0;
+  const int64_t B = out.size(), N = out.n_tokens();
+  out.frame_atoms = at::zeros({B, N, 3}, at::kLong);
+  out.frame_mask = at::zeros({B, N}, at::kFloat);
+  auto frame = out.frame_atoms.accessor<int64_t, 3>();
+  auto has = out.frame_mask.accessor<float, 2>();
+  auto pos = out.ref.pos.accessor<float, 4>();
+  auto uid = out.ref.space_uid.accessor<int64_t, 2>();
+  auto distance2 = [&](int64_t b, int64_t i, int64_t j) {
+    double d = 0;
+    for (int x = 0; x < 3; ++x) d += std::pow(double(pos[b][i][0][x]) - pos[b][j][0][x], 2);
+    return d;
+  };
+  for (int64_t b = 0; b < B; ++b) {
+    const Entry& e = *entries[b];
+    const std::vector<int32_t>& sel = sels[b];
+    const int64_t n = static_cast<int64_t>(sel.size());
+    for (int64_t i = 0; i < n; ++i) {
+      if (!e.per_atom(sel[i])) {
+        const std::array<int, 3> slots = frame_atom_slots(e.restype[sel[i]]);
+        if (slots[0] < 0 || slots[1] < 0 || slots[2] < 0) continue;
+        for (int k = 0; k < 3; ++k) frame[b][i][k] = i * A + slots[k];
+        has[b][i] = 1.f;
+        continue;
+      }
+      // The two nearest atoms of the same conformer, ties to the lower row.
+      int64_t first = -1, second = -1;
+      for (int64_t j = 0; j < n; ++j) {
+        if (j == i || uid[b][j] != uid[b][i]) continue;
+        if (first < 0 || distance2(b, i, j) < distance2(b, i, first)) {
+          second = first;
+          first = j;
+        } else if (second < 0 || distance2(b, i, j) < distance2(b, i, second)) {
+          second = j;
+        }
+      }
+      if (second < 0) continue;
+      std::array<double, 3> u{}, v{};
+      for (int x = 0; x < 3; ++x) {
+        u[x] = double(pos[b][first][0][x]) - pos[b][i][0][x];
+        v[x] = double(pos[b][second][0][x]) - pos[b][i][0][x];
+      }
+      const double cosine = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) /
+                            std::sqrt((u[0] * u[0] + u[1] * u[1] + u[2] * u[2]) * (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]));
+      if (!(std::abs(cosine) <= std::cos(kMinAngle))) continue;  // within 25 degrees of a line (or NaN)
+      frame[b][i][0] = first * A;
+      frame[b][i][1] = i * A;
+      frame[b][i][2] = second * A;
+      has[b][i] = 1.f;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<int32_t> all_tokens(const Entry& e) {
@@ -149,7 +208,7 @@ std::vector<at::Tensor*> Batch::tensors() {
   return {&restype,      &mol_type,   &residue_index, &token_index,  &asym_id,     &entity_id,      &sym_id,
           &token_mask,   &token_bonds, &bond_atoms,   &bond_mask,    &atom_index,   &atom_token,  &atom_exists,
           &atom_coords,  &atom_mask,    &rep_coords,  &rep_mask,       &rep_slot,
-          &centre_slot,  &centre_mask, &ref.pos,
+          &centre_slot,  &centre_mask, &frame_atoms, &frame_mask,  &ref.pos,
           &ref.element,  &ref.charge, &ref.mask,      &ref.name_chars, &ref.space_uid, &msa,        &msa_deletion,
           &msa_mask,     &profile,    &deletion_mean};
 }
@@ -339,6 +398,7 @@ Batch make_batch(const std::vector<const Entry*>& entries,
     }
   }
   out.ref = batch_reference_features(entries, sels, out.restype);
+  token_frames(entries, sels, out);
   return out;
 }
 

@@ -53,6 +53,13 @@ struct Batch {
   at::Tensor centre_slot;    // [B, N] int64 slot of the centre atom (Entry::centre_slot)
   at::Tensor centre_mask;    // [B, N] float, 1 = a polymer residue token with its centre atom
                              // (CA, C1') resolved: the atoms of C-alpha lDDT and the pLDDT target
+  // Token frames of the aligned error (AF3 SI Sec. 4.3.2): atoms (a, b, c) as dense indices
+  // token * kMaxAtomsPerToken + slot, b the origin. Residues: N, CA, C or C1', C3', C4'. A
+  // per-atom token: its own atom as b, the nearest and second-nearest atoms of its reference
+  // conformer (same ref.space_uid) as a and c, by reference positions; no frame when the
+  // conformer has fewer than three atoms or the three are within 25 degrees of a line.
+  at::Tensor frame_atoms;    // [B, N, 3] int64
+  at::Tensor frame_mask;     // [B, N] float, 1 = the token has a frame (whether resolved or not)
   ReferenceFeatures ref;
   // MSA (data/msa_features.h): S = the most rows of any entry; padding rows and tokens are gaps
   // with mask 0.

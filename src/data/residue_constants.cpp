@@ -168,4 +168,10 @@ int centre_atom_slot(int t) {
   return atom_slot(t, "C1'");
 }
 
+std::array<int, 3> frame_atom_slots(int t) {
+  if (t < 0 || t >= kNumResidueTypes) return {-1, -1, -1};
+  if (t <= kUnknownAminoAcid) return {kAtomN, kAtomCA, kAtomC};
+  return {atom_slot(t, "C1'"), atom_slot(t, "C3'"), atom_slot(t, "C4'")};
+}
+
 }  // namespace megafold::data

@@ -83,4 +83,9 @@ int representative_atom_slot(int t);
 // for nucleotides.
 int centre_atom_slot(int t);
 
+// Slots (a, b, c) of the atoms that define a residue token's frame for the aligned error (AF3
+// SI Sec. 4.3.2; b is the origin): N, CA, C for amino acids, C1', C3', C4' for nucleotides;
+// -1s for the gap.
+std::array<int, 3> frame_atom_slots(int t);
+
 }  // namespace megafold::data

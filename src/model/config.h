@@ -28,12 +28,16 @@ struct DiffusionConfig {
   int64_t sample_chunk = 0;
 };
 
-// Confidence head for pLDDT (AF3 SI Alg. 31 and Sec. 4.3.1). It needs the diffusion module:
-// it is trained on the model's own structure from a short sampler rollout, with gradients
-// stopped at its inputs (trunk and rollout), so it never changes what the trunk learns.
+// Confidence head: pLDDT, PAE, PDE and experimentally-resolved (AF3 SI Alg. 31 and Sec. 4.3).
+// It needs the diffusion module: it is trained on the model's own structure from a short
+// sampler rollout, with gradients stopped at its inputs (trunk and rollout), so it never
+// changes what the trunk learns.
 struct ConfidenceConfig {
   int64_t n_blocks = 0;         // Pairformer blocks of the head (AF3: 4); 0 = no head
   int64_t plddt_bins = 50;      // bins over lDDT in [0, 1]
+  int64_t error_bins = 64;      // PAE and PDE bins over [0, error_max] Angstrom (AF3: 64, 32 A);
+  double error_max = 32.0;      //   the last bin takes every larger error
+  double pae_weight = 1.0;      // alpha_pae (AF3: 0 in initial training, 1 in fine-tuning)
   int64_t distance_bins = 39;   // one-hot of predicted representative-atom distances,
   double distance_min = 3.375;  //   edges from distance_min to distance_max (AF3: 3 3/8 .. 21 3/8 A)
   double distance_max = 21.375;

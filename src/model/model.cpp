@@ -8,6 +8,7 @@
 #include "core/seed.h"
 #include "data/residue_constants.h"
 #include "dist/process_group.h"
+#include "model/confidence_scores.h"
 #include "model/memory_plan.h"
 
 namespace megafold::model {
@@ -87,11 +88,11 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   SamplerConfig rollout;
   rollout.steps = cfg_.confidence.rollout_steps;
   const at::Tensor x = sample_structures(diffusion_, ctx, 1, rollout, mix_seed(noise_seed, 1));
-  const at::Tensor logits = confidence_(batch, out.s_inputs, out.s, out.z, x, mix_seed(noise_seed, 2));
-  const PlddtLoss pl = plddt_loss(logits, x, batch);
-  l.total = l.total + cfg_.confidence.weight * pl.loss;
-  l.plddt = pl.loss.detach();
-  l.plddt_target = pl.target;
+  const ConfidenceLogits logits = confidence_(batch, out.s_inputs, out.s, out.z, x, mix_seed(noise_seed, 2));
+  const ConfidenceLoss cl = confidence_loss(logits, x, batch, cfg_.confidence);
+  l.total = l.total + cfg_.confidence.weight * cl.total;
+  l.plddt = cl.plddt, l.pae = cl.pae, l.pde = cl.pde, l.resolved = cl.resolved;
+  l.plddt_target = cl.plddt_target;
   return l;
 }
 
@@ -105,17 +106,43 @@ at::Tensor MegaFoldImpl::sample(const data::Batch& batch, const TrunkOutput& out
 
 Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed) {
   at::NoGradGuard no_grad;
-  Prediction p{sample(batch, out, samples, seed), {}};
+  Prediction p;
+  p.coords = sample(batch, out, samples, seed);
+  p.contact_probs = contact_probabilities(out.distogram_logits, cfg_.distogram_min, cfg_.distogram_max);
   if (!has_confidence()) return p;
-  const int64_t B = batch.size(), A = p.coords.size(1);
+  const int64_t B = batch.size(), A = p.coords.size(1), N = batch.n_tokens();
+  const int64_t chains = batch.asym_id.max().item<int64_t>() + 1;
   const at::Tensor per_example = p.coords.view({B, samples, A, 3});
-  std::vector<at::Tensor> plddt;
+  const at::Tensor atom_chain = batch.asym_id.to(at::kCPU).repeat_interleave(data::kMaxAtomsPerToken, 1);
+  const at::Tensor atom_present = (batch.ref.mask * batch.token_mask.unsqueeze(-1)).to(at::kCPU).reshape({B, A});
+  std::vector<at::Tensor> plddt, pae, pde;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  p.ptm = at::empty({B, samples}, f64), p.iptm = at::empty({B, samples}, f64);
+  p.ranking_score = at::empty({B, samples}, f64);
+  p.has_clash = at::empty({B, samples}, at::kBool);
+  p.chain_pair_iptm = at::empty({B, samples, chains, chains}, f64);
   // One sample of every example at a time: the head's pair activations are [B, N, N, c_z].
   for (int64_t k = 0; k < samples; ++k) {
     const at::Tensor x = per_example.select(1, k);
-    plddt.push_back(plddt_from_logits(confidence_(batch, out.s_inputs, out.s, out.z, x, 0)));
+    const ConfidenceLogits logits = confidence_(batch, out.s_inputs, out.s, out.z, x, 0);
+    plddt.push_back(plddt_from_logits(logits.plddt));
+    pae.push_back(expected_error(logits.pae, cfg_.confidence.error_max));
+    pde.push_back(expected_error(logits.pde, cfg_.confidence.error_max));
+    for (int64_t b = 0; b < B; ++b) {
+      const TmScores tm = tm_scores(logits.pae[b], batch.token_mask[b], batch.asym_id[b], chains,
+                                    cfg_.confidence.error_max);
+      const bool clash = has_clash(x[b], atom_present[b], atom_chain[b], chains);
+      p.ptm[b][k] = tm.ptm, p.iptm[b][k] = tm.iptm, p.has_clash[b][k] = clash;
+      p.chain_pair_iptm[b][k].copy_(tm.chain_pair_iptm);
+      p.ranking_score[b][k] = ranking_score(tm, clash);
+    }
   }
   p.plddt = at::stack(plddt, 1).reshape({B * samples, A});
+  p.pae = at::stack(pae, 1).reshape({B * samples, N, N});
+  p.pde = at::stack(pde, 1).reshape({B * samples, N, N});
+  p.ptm = p.ptm.view({-1}), p.iptm = p.iptm.view({-1}), p.ranking_score = p.ranking_score.view({-1});
+  p.has_clash = p.has_clash.view({-1});
+  p.chain_pair_iptm = p.chain_pair_iptm.view({B * samples, chains, chains});
   return p;
 }
 

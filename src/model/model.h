@@ -1,8 +1,8 @@
 #pragma once
 // The model: input embedding -> recycled (MSA module -> Pairformer stack) -> distogram head,
 // and, when model.diffusion.samples > 0, the diffusion module on the trunk's s and z, and, when
-// model.confidence.n_blocks > 0, the pLDDT head on sampled structures (AF3 SI Alg. 1, 8, 20
-// and 31; the template module comes later).
+// model.confidence.n_blocks > 0, the confidence head on sampled structures (AF3 SI Alg. 1, 8,
+// 20 and 31; the template module comes later).
 #include <torch/nn/module.h>
 
 #include "data/features.h"
@@ -31,12 +31,22 @@ struct Losses {
   at::Tensor smooth_lddt;        // scalar, no grad; undefined without the diffusion module
   at::Tensor bond;               // scalar, no grad: the bond loss (AF3 Eq. 5); likewise
   at::Tensor plddt;              // scalar, no grad: pLDDT cross-entropy; undefined unless trained this step
+  at::Tensor pae, pde, resolved;  // scalars, no grad: the head's other losses; likewise
   at::Tensor plddt_target;       // scalar, no grad: mean per-atom lDDT of the rollout structure
 };
 
+// Sampled structures and, with a confidence head, their confidences (model/confidence_scores.h).
+// Rows are example-major: row b * samples + k. C = the most chains (asym_id + 1) of any example.
 struct Prediction {
-  at::Tensor coords;  // [B * samples, N * 14, 3] Angstrom, example-major
-  at::Tensor plddt;   // [B * samples, N * 14] in [0, 100]; undefined without a confidence head
+  at::Tensor coords;           // [B * samples, N * kMaxAtomsPerToken, 3] Angstrom
+  at::Tensor contact_probs;    // [B, N, N] P(representative atoms within 8 A), from the distogram
+  // Undefined without a confidence head:
+  at::Tensor plddt;            // [B * samples, N * kMaxAtomsPerToken] in [0, 100]
+  at::Tensor pae, pde;         // [B * samples, N, N] expected errors, Angstrom
+  at::Tensor ptm, iptm;        // [B * samples] double (ipTM NaN with one chain)
+  at::Tensor chain_pair_iptm;  // [B * samples, C, C] double (NaN for chains without tokens)
+  at::Tensor has_clash;        // [B * samples] bool
+  at::Tensor ranking_score;    // [B * samples] double
 };
 
 class MegaFoldImpl : public torch::nn::Module {
@@ -58,7 +68,8 @@ class MegaFoldImpl : public torch::nn::Module {
   // Structures sampled by the diffusion module (Alg. 18), [B * samples, N * 14, 3]; requires
   // has_diffusion().
   at::Tensor sample(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed);
-  // sample() plus the pLDDT of every atom of every sample when the model has a confidence head.
+  // sample() plus the contact probabilities, and the confidences of every sample when the model
+  // has a confidence head.
   Prediction predict(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed);
   const ModelConfig& config() const { return cfg_; }
   // The parts, for the per-module memory profile (`megafold memory`); the optional ones are

@@ -131,9 +131,10 @@ data::Batch training_batch(const data::Dataset& ds, const config::TrainConfig& c
 struct Validation {
   double loss = 0, accuracy = 0, pairs = 0;
   // With a diffusion module: lDDT of one sampled structure per entry, averaged over entries,
-  // and with a confidence head the mean pLDDT of those structures' resolved atoms.
-  double lddt_ca = 0, lddt_all = 0, plddt = 0;
-  int structures = 0;
+  // and with a confidence head the mean pLDDT of those structures' resolved atoms, their pTM
+  // and mean PAE over real token pairs, and ipTM averaged over the entries with several chains.
+  double lddt_ca = 0, lddt_all = 0, plddt = 0, ptm = 0, mean_pae = 0, iptm = 0;
+  int structures = 0, multichain = 0;
   // All-atom lDDT per molecule type, averaged over the entries that have that type.
   std::array<double, data::kNumMolTypes> lddt_type{};
   std::array<int, data::kNumMolTypes> type_entries{};
@@ -183,6 +184,13 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
       if (pred.plddt.defined()) {
         const at::Tensor m = (batch.atom_mask * batch.token_mask.unsqueeze(-1)).reshape({1, -1});
         v.plddt += ((pred.plddt * m).sum() / m.sum().clamp_min(1)).item<double>();
+        const at::Tensor pairs = batch.token_mask.unsqueeze(2) * batch.token_mask.unsqueeze(1);
+        v.mean_pae += ((pred.pae * pairs).sum() / pairs.sum().clamp_min(1)).item<double>();
+        v.ptm += pred.ptm[0].item<double>();
+        if (const double iptm = pred.iptm[0].item<double>(); std::isfinite(iptm)) {
+          v.iptm += iptm;
+          ++v.multichain;
+        }
       }
       ++v.structures;
     }
@@ -196,7 +204,10 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
     v.lddt_ca /= v.structures;
     v.lddt_all /= v.structures;
     v.plddt /= v.structures;
+    v.ptm /= v.structures;
+    v.mean_pae /= v.structures;
   }
+  if (v.multichain > 0) v.iptm /= v.multichain;
   for (int t = 0; t < data::kNumMolTypes; ++t)
     if (v.type_entries[t] > 0) v.lddt_type[t] /= v.type_entries[t];
   return v;
@@ -284,7 +295,11 @@ class Run {
   std::unique_ptr<Ema> ema_;
   std::optional<MetricsLog> metrics_;
   std::optional<dist::GradientSync> grad_sync_;
-  std::optional<std::pair<double, double>> last_plddt_;  // pLDDT loss and rollout lDDT
+  // The confidence head's latest losses and rollout lDDT (it trains every confidence.every steps).
+  struct ConfidenceLosses {
+    double plddt, pae, pde, resolved, rollout_lddt;
+  };
+  std::optional<ConfidenceLosses> last_confidence_;
   std::optional<RunLock> lock_;
 };
 
@@ -420,7 +435,9 @@ StepOutcome Run::step(const data::Batch& batch, int64_t step, double lr, Progres
     s.grad_norm = clip_gradients(params_, cfg.optim);
     // The mean over the ranks: what is logged, and one finiteness verdict for all of them.
     s.loss_value = dp_ ? dp_->average(s.loss.total.item<double>()) : s.loss.total.item<double>();
-    if (s.loss.plddt.defined()) last_plddt_ = {s.loss.plddt.item<double>(), s.loss.plddt_target.item<double>()};
+    if (s.loss.plddt.defined())
+      last_confidence_ = {s.loss.plddt.item<double>(), s.loss.pae.item<double>(), s.loss.pde.item<double>(),
+                          s.loss.resolved.item<double>(), s.loss.plddt_target.item<double>()};
     s.finite = std::isfinite(s.loss_value) && std::isfinite(s.grad_norm);
     if (s.finite) {
       optimizer_->step();
@@ -475,9 +492,12 @@ void Run::log(int64_t step, const StepOutcome& s, const data::Batch& batch, doub
     fields["bond_loss"] = s.loss.bond.item<double>();
   }
   // The head trains every confidence.every steps: log its latest values.
-  if (last_plddt_) {
-    fields["plddt_loss"] = last_plddt_->first;
-    fields["rollout_lddt"] = last_plddt_->second;
+  if (last_confidence_) {
+    fields["plddt_loss"] = last_confidence_->plddt;
+    fields["pae_loss"] = last_confidence_->pae;
+    fields["pde_loss"] = last_confidence_->pde;
+    fields["resolved_loss"] = last_confidence_->resolved;
+    fields["rollout_lddt"] = last_confidence_->rollout_lddt;
   }
   metrics_->write("train", step, fields);
 }
@@ -494,7 +514,12 @@ void Run::validate(int64_t step, Progress& progress) {
     for (int t = 0; t < data::kNumMolTypes; ++t)  // lddt_protein, lddt_rna, lddt_dna, lddt_ligand
       if (v.type_entries[t] > 0)
         fields["lddt_" + std::string(data::mol_type_name(static_cast<data::MolType>(t)))] = v.lddt_type[t];
-    if (model_->has_confidence()) fields["plddt"] = v.plddt;
+    if (model_->has_confidence()) {
+      fields["plddt"] = v.plddt;
+      fields["ptm"] = v.ptm;
+      fields["mean_pae"] = v.mean_pae;
+      if (v.multichain > 0) fields["iptm"] = v.iptm;
+    }
   }
   metrics_->write("validation", step, fields);
   char line[240];
@@ -505,7 +530,7 @@ void Run::validate(int64_t step, Progress& progress) {
     std::snprintf(line, sizeof(line), "; sampled structures: lDDT-CA %.4f, all-atom lDDT %.4f", v.lddt_ca, v.lddt_all);
     text += line;
     if (model_->has_confidence()) {
-      std::snprintf(line, sizeof(line), ", mean pLDDT %.1f", v.plddt);
+      std::snprintf(line, sizeof(line), ", mean pLDDT %.1f, pTM %.3f, mean PAE %.2f A", v.plddt, v.ptm, v.mean_pae);
       text += line;
     }
   }

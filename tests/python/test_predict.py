@@ -110,6 +110,22 @@ def test_predict_fasta_with_dna_and_ligands(megafold_bin, checkpoint, tmp_path):
     assert [a["type_symbol"] for a in het if a["label_comp_id"] == "MG"] == ["MG"]
     assert {a["label_comp_id"] for a in atoms if a["label_asym_id"] == "B"} == {"DA", "DC", "DG", "DT", "DN"}
     assert all(a["group_PDB"] == "ATOM" for a in atoms if a["label_asym_id"] in ("A", "B"))
+    # AF3-style confidences: per written atom, per token (10 + 5 + 31 + 1 = 47), per chain pair.
+    conf = json.loads((out / "complex_sample_0_confidences.json").read_text())
+    assert len(conf["atom_plddts"]) == len(conf["atom_chain_ids"]) == len(atoms)
+    assert conf["token_chain_ids"] == ["A"] * 10 + ["B"] * 5 + ["C"] * 32
+    pae = conf["pae"]
+    assert len(pae) == 47 and all(len(row) == 47 and all(0 <= v <= 32 for v in row) for row in pae)
+    assert all(0 <= v <= 1 for row in conf["contact_probs"] for v in row)
+    scores = json.loads((out / "complex_sample_0_summary_confidences.json").read_text())
+    assert 0 < scores["ptm"] <= 1 and 0 < scores["iptm"] <= 1 and scores["has_clash"] in (True, False)
+    assert len(scores["chain_pair_iptm"]) == 3 and all(len(row) == 3 for row in scores["chain_pair_iptm"])
+    assert scores["chain_ptm"] == [scores["chain_pair_iptm"][c][c] for c in range(3)]
+    assert scores["ranking_score"] == pytest.approx(0.8 * scores["iptm"] + 0.2 * scores["ptm"]
+                                                    - (100 if scores["has_clash"] else 0))
+    summary = json.loads((out / "complex_summary.json").read_text())
+    assert summary["ranking"] == [0]
+    assert (out / "complex_ranking_scores.csv").read_text().splitlines()[0] == "sample,ranking_score"
 
 
 def test_eval_scores_a_directory_and_skips_bad_files(megafold_bin, source_dir, checkpoint, tmp_path):
