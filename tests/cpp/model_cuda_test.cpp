@@ -38,6 +38,13 @@ TEST(ModelCuda, TrainingStepGradientsAreBitwiseRepeatable) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   fresh_seed();
   MegaFold m(small_af3());
+  {
+    // AF3's zero-initialised output layers pass no gradient upstream on a first step; small
+    // values, as one optimiser step would give them, let this step reach every module.
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : m->parameters())
+      if (p.abs().max().item<double>() == 0) p.copy_(at::randn_like(p) * 0.02);
+  }
   m->to(at::kCUDA);
   m->train();
   // 1lcd: 51 residues of lac repressor, an 11-bp duplex and a sodium ion (~880 atoms, so
