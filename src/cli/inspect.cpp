@@ -1,4 +1,4 @@
-// megafold inspect: what the loader makes of one structure or FASTA file (chains, molecule
+// megafold inspect: what the loader makes of one structure, FASTA or AF3 JSON file (chains, molecule
 // types, tokens, atoms, ligand components, bonds, what was dropped), as text or JSON.
 #include <nlohmann/json.hpp>
 
@@ -20,7 +20,7 @@ int inspect_main(const std::vector<std::string>& argv) {
   const Args args(std::vector<std::string>(argv.begin() + (has_file ? 1 : 0), argv.end()), specs);
   if (args.has("help") || !has_file) {
     std::cout << usage("inspect FILE",
-                       "What the loader makes of a structure (.cif .pdb, optionally .gz) or FASTA file: chains, "
+                       "What the loader makes of a structure (.cif .pdb, optionally .gz), FASTA or AlphaFold 3 JSON file: chains, "
                        "molecule types, tokens, resolved atoms, ligand components and bonds.",
                        specs);
     return args.has("help") ? 0 : 2;

@@ -87,10 +87,11 @@ int predict_main(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
       {"checkpoint", "PATH", "checkpoint written by 'megafold train' (its config rebuilds the model)"},
       {"input", "FILE", "structure (.cif .pdb, optionally .gz: chains and numbering are kept, and the "
-                        "prediction is scored against it) or sequences (.fasta: one chain per record)"},
+                        "prediction is scored against it), sequences (.fasta: one chain per record) or an "
+                        "AlphaFold 3 job (.json, dialect alphafold3)"},
       {"out", "DIR", "output folder: <name>_sample_<k>.cif per sample and <name>_summary.json"},
       {"samples", "K", "structures to sample (default 5)"},
-      {"seed", "N", "sampler seed (default 0)"},
+      {"seed", "N", "sampler seed (default 0; AF3 JSON: its first modelSeeds entry)"},
       {"sampler-steps", "N", "diffusion sampler steps (default: the checkpoint config's, AF3: 200)"},
       {"device", "DEV", "auto, cpu, cuda or cuda:N (default auto)"},
       {"set", "KEY=VALUE", "override a key of the checkpoint's config (e.g. model.memory=frontier, "
@@ -120,9 +121,14 @@ int predict_main(const std::vector<std::string>& argv) {
   po.set = args.get_all("set");
   po.ema = !args.has("raw-weights");
 
-  const data::Entry entry = infer::load_input(input);
+  std::vector<int64_t> seeds;
+  const data::Entry entry = infer::load_input(input, &seeds);
   infer::Predictor predictor(checkpoint, po);
-  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  // AF3 JSON names its seeds; --seed overrides them.
+  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", seeds.empty() ? 0 : seeds.front()));
+  if (seeds.size() > 1 && !args.has("seed"))
+    std::cerr << "warning: " << input << ": modelSeeds: sampling with the first seed (" << seeds.front()
+              << ") only; run predict with --seed S for each of the others" << std::endl;
   std::cout << "predict: " << entry.name << ", " << entry.n_tokens() << " tokens in " << entry.n_chains()
             << " chain(s); " << samples << " sample(s) with " << predictor.config().model.diffusion.sampler_steps
             << " sampler steps on " << predictor.device().str() << " (checkpoint step " << predictor.step() << ")"

@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 #include "data/ccd.h"
-#include "data/smiles.h"
+#include "data/sequence_entry.h"
 #include "data/structure.h"
 
 namespace megafold::data {
@@ -46,17 +46,6 @@ struct Record {
   std::vector<int> lines;
 };
 
-void push_residue(Entry& e, int t, int asym, int32_t index) {
-  e.restype.push_back(static_cast<int8_t>(t));
-  e.mol_type.push_back(static_cast<int8_t>(mol_type_of(t)));
-  e.residue_index.push_back(index);
-  e.author_index.push_back(index);
-  e.insertion_codes.push_back(' ');
-  e.asym_id.push_back(asym);
-  e.component.push_back(-1);
-  e.token_atoms.emplace_back();
-}
-
 // The residues of a polymer record, letter by letter.
 void add_polymer(Entry& e, const Record& r, const std::string& path, int asym) {
   const MolType mol = r.kind == RecordKind::kDna ? MolType::kDna : r.kind == RecordKind::kRna ? MolType::kRna : MolType::kProtein;
@@ -81,84 +70,32 @@ void add_polymer(Entry& e, const Record& r, const std::string& path, int asym) {
 }
 
 // The components of a ccd record (codes separated by spaces, commas or line breaks), each one
-// residue of per-atom tokens with the CCD's non-leaving heavy atoms and bonds, unplaced. An
-// unknown code is skipped with a warning.
+// residue of per-atom tokens, unplaced. An unknown code is skipped with a warning.
 void add_ligands(Entry& e, const Record& r, const std::string& path, int asym, const Ccd* ccd) {
   std::string text = r.text;
   std::replace(text.begin(), text.end(), ',', ' ');
   std::istringstream in(text);
   int32_t index = 0;
-  for (std::string code; in >> code;) {
-    std::transform(code.begin(), code.end(), code.begin(), [](unsigned char c) { return std::toupper(c); });
-    const CcdComponent* comp = ccd ? ccd->find(code) : nullptr;
-    if (comp == nullptr) {
-      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_label(asym) + " component " + code +
-                           (ccd ? " is not in the CCD" : " cannot be built: no CCD table at '" + default_ccd_path() +
-                                                            "' (run scripts/setup.sh or set MEGAFOLD_CCD)") +
-                           "; skipped");
-      continue;
-    }
-    auto cit = std::find(e.components.begin(), e.components.end(), code);
-    if (cit == e.components.end()) cit = e.components.insert(cit, code);
-    const auto component = static_cast<int32_t>(cit - e.components.begin());
-    ++index;
-    const int first = e.n_tokens();
-    std::vector<int> token_of(comp->atoms.size(), -1);
-    for (size_t k = 0; k < comp->atoms.size(); ++k) {
-      const CcdAtom& a = comp->atoms[k];
-      if (a.leaving()) continue;
-      token_of[k] = e.n_tokens();
-      push_residue(e, kUnknownAminoAcid, asym, index);
-      e.mol_type.back() = static_cast<int8_t>(MolType::kLigand);
-      e.component.back() = component;
-      TokenAtom& t = e.token_atoms.back();
-      std::copy(a.name, a.name + 4, t.name);
-      t.element = a.element;
-      t.charge = a.charge;
-      std::copy(a.pos, a.pos + 3, t.ref_pos);
-    }
-    if (e.n_tokens() == first) {
-      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_label(asym) + " component " + code +
-                           " has no heavy atoms; skipped");
-      continue;
-    }
-    for (const CcdBond& b : comp->bonds)
-      if (token_of[b.a] >= 0 && token_of[b.b] >= 0)
-        e.bonds.push_back({std::min(token_of[b.a], token_of[b.b]), std::max(token_of[b.a], token_of[b.b]), 0, 0});
-  }
+  for (std::string code; in >> code;)
+    if (const auto why = push_component(e, code, asym, index + 1, MolType::kLigand, ccd))
+      e.warnings.push_back(path + ":" + std::to_string(r.line) + ": chain " + chain_label(asym) + " " + *why + "; skipped");
+    else
+      ++index;
 }
 
-// A smiles record: one ligand residue of per-atom tokens with an RDKit conformer as its
-// reference (seeded by the SMILES text, so a prediction is repeatable); named LIG, LIG2, ...
-// A SMILES RDKit cannot use (or no RDKit) is skipped with a warning giving the reason.
+// A smiles record: one ligand (push_smiles). A SMILES RDKit cannot use (or no RDKit) is
+// skipped with a warning giving the reason.
 void add_smiles(Entry& e, const Record& r, const std::string& path, int asym) {
   std::string smiles;
   for (const char c : r.text)
     if (!std::isspace(static_cast<unsigned char>(c))) smiles.push_back(c);
   const std::string where = path + ":" + std::to_string(r.line) + ": chain " + chain_label(asym);
   if (smiles.empty()) throw Error(where + ": smiles record without a SMILES");
-  SmilesLigand lig;
   try {
-    uint64_t seed = 1469598103934665603ull;  // FNV-1a of the SMILES
-    for (const char c : smiles) seed = (seed ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    lig = smiles_ligand(smiles, seed);
+    push_smiles(e, smiles, asym);
   } catch (const Error& ex) {
     e.warnings.push_back(where + " SMILES '" + smiles + "': " + ex.what() + "; skipped");
-    return;
   }
-  int k = 1;
-  std::string code = "LIG";
-  while (std::find(e.components.begin(), e.components.end(), code) != e.components.end()) code = "LIG" + std::to_string(++k);
-  e.components.push_back(code);
-  const auto component = static_cast<int32_t>(e.components.size() - 1);
-  const int first = e.n_tokens();
-  for (const TokenAtom& a : lig.atoms) {
-    push_residue(e, kUnknownAminoAcid, asym, 1);
-    e.mol_type.back() = static_cast<int8_t>(MolType::kLigand);
-    e.component.back() = component;
-    e.token_atoms.back() = a;
-  }
-  for (const auto& [i, j] : lig.bonds) e.bonds.push_back({first + std::min(i, j), first + std::max(i, j), 0, 0});
 }
 
 }  // namespace
@@ -222,11 +159,7 @@ Entry load_fasta(const std::string& path, const Ccd* ccd) {
     }
     if (e.n_tokens() > before) e.chain_ids.push_back(chain_label(asym));
   }
-  if (e.n_tokens() == 0) throw Error(path + ": no residues or ligands left to predict");
-  std::sort(e.bonds.begin(), e.bonds.end());
-  e.coords.assign(static_cast<size_t>(e.n_tokens()) * kMaxAtomsPerToken * 3, 0.f);
-  e.atom_mask.assign(static_cast<size_t>(e.n_tokens()) * kMaxAtomsPerToken, 0);
-  assign_entities(e);
+  finish_sequence_entry(e, path);
   return e;
 }
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "core/check.h"
+#include "data/af3_json.h"
 #include "data/features.h"
 #include "data/reference_atoms.h"
 #include "core/autocast.h"
@@ -108,11 +109,18 @@ std::vector<uint8_t> predicted_atom_mask(const data::Entry& e) {
   return mask;
 }
 
-data::Entry load_input(const std::string& path) {
-  MF_CHECK(data::is_fasta_file(path) || data::is_structure_file(path), path,
-           ": unknown input type; expected a structure (.cif .mmcif .pdb .ent, optionally .gz) or a FASTA file "
-           "(.fasta .fa .faa .fas)");
-  data::Entry e = data::is_fasta_file(path) ? data::load_fasta(path) : data::load_entry(path);
+data::Entry load_input(const std::string& path, std::vector<int64_t>* seeds) {
+  MF_CHECK(data::is_fasta_file(path) || data::is_structure_file(path) || data::is_json_file(path), path,
+           ": unknown input type; expected a structure (.cif .mmcif .pdb .ent, optionally .gz), a FASTA file "
+           "(.fasta .fa .faa .fas) or AlphaFold 3 JSON (.json)");
+  data::Entry e;
+  if (data::is_json_file(path)) {
+    data::Af3Input in = data::load_af3_json(path);
+    e = std::move(in.entry);
+    if (seeds) *seeds = in.seeds;
+  } else {
+    e = data::is_fasta_file(path) ? data::load_fasta(path) : data::load_entry(path);
+  }
   for (const std::string& w : e.warnings) std::cerr << "warning: " << w << "\n";
   return e;
 }

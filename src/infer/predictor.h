@@ -66,7 +66,8 @@ class Predictor {
 // ([n_token * kMaxAtomsPerToken], the layout of Entry::atom_mask).
 std::vector<uint8_t> predicted_atom_mask(const data::Entry& e);
 
-// Loads a structure (.cif/.pdb, optionally .gz) or a FASTA file by its name.
-data::Entry load_input(const std::string& path);
+// Loads a structure (.cif/.pdb, optionally .gz), a FASTA file or AlphaFold 3 JSON by its name,
+// printing its warnings; for JSON input `seeds` (when given) receives the job's modelSeeds.
+data::Entry load_input(const std::string& path, std::vector<int64_t>* seeds = nullptr);
 
 }  // namespace megafold::infer
