@@ -24,6 +24,8 @@ int train_main(const std::vector<std::string>& argv) {
       {"memory", "fast|balanced|frontier", "memory mode: what is kept for backward and where (overrides model.memory)"},
       {"threads", "N", "CPU threads for intra-op parallelism (0 = all cores)"},
       {"resume", "", "continue from the newest checkpoint in --out"},
+      {"init", "CHECKPOINT", "start a new run from these weights and their EMA (a model of the same shapes; "
+                             "AF3's next training stage), with a fresh optimiser at step 0"},
       {"quiet", "", "no progress output"},
       {"nproc", "N", "ranks on this machine (Gloo); under torchrun or Slurm the launcher's ranks are used"},
       {"pair-shards", "P", "ranks per example: each holds 1/P of the Pairformer's pair rows (P divides the ranks and "
@@ -66,6 +68,7 @@ int train_main(const std::vector<std::string>& argv) {
   train::TrainOptions opts;
   opts.out_dir = args.get("out").value_or("runs/default");
   opts.resume = args.has("resume");
+  opts.init = args.get("init").value_or("");
   opts.quiet = args.has("quiet");
   opts.pair_shards = static_cast<int>(args.get_int("pair-shards", 1));
   if (auto v = args.get("bucket-mb")) {

@@ -274,6 +274,9 @@ class Run {
   void checkpoint(int64_t step);
   // Whether every rank has been asked to stop (a stop signal on any of them).
   bool stop_requested();
+  // TrainOptions::init: the checkpoint's training weights into the model, its EMA weights into
+  // the EMA; a model of other shapes fails naming the file.
+  void initialise_from(const std::string& path);
   void say(const std::string& s) const {
     if (!quiet) std::cout << s << std::endl;
   }
@@ -387,6 +390,12 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
     MF_CHECK(!existing, "--out ", out_dir.string(), " already holds checkpoints of another run (",
              *existing, "); pass --resume to continue it or choose another --out");
   }
+  if (!opts.init.empty() && start == 0) {
+    initialise_from(opts.init);
+    say("init: weights and their EMA from " + opts.init);
+  } else if (!opts.init.empty()) {
+    say("init: " + opts.init + " not used: resuming this run at step " + std::to_string(start));
+  }
   if (lead) write_file_atomically((out_dir / "config.json").string(), config::to_json(cfg));
   say("resolved config (saved as " + (out_dir / "config.json").string() + "):\n" + config::to_json(cfg));
   if (lead) metrics_.emplace((out_dir / "metrics.jsonl").string(), opts.resume ? start : -1);
@@ -414,6 +423,27 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
   say("model: " + std::to_string(cfg.model.n_blocks) + " Pairformer blocks, " + std::to_string(n_params) +
       " parameters; device " + device.str() + (autocast ? " (bf16 autocast)" : " (fp32)") + "; config " + cfg.name);
   say(model::memory_plan(cfg.model).describe());
+}
+
+void Run::initialise_from(const std::string& path) {
+  CheckpointReader reader(path);
+  // Each weight set into a model on the host (a checkpoint holds host tensors), then copied
+  // into the run's, on its device: one after the other, because a model loaded from the
+  // archive shares the archive's tensors, which the EMA load then overwrites.
+  at::NoGradGuard no_grad;
+  model::MegaFold host(cfg.model);
+  for (const bool ema : {false, true}) {
+    reader.load_weights(*host, ema);
+    const auto loaded = host->named_parameters();
+    MF_CHECK(loaded.size() == params_.size(), "--init ", path, ": ", loaded.size(), " parameters, this model has ",
+             params_.size());
+    for (size_t k = 0; k < params_.size(); ++k) {
+      MF_CHECK(loaded[k].value().sizes() == params_[k].sizes(), "--init ", path, ": ", loaded[k].key(), " is ",
+               loaded[k].value().sizes(), " there and ", params_[k].sizes(), " in this run's model (",
+               "a checkpoint of a model with other shapes)");
+      (ema ? ema_->shadow()[k] : params_[k]).copy_(loaded[k].value());
+    }
+  }
 }
 
 StepOutcome Run::step(const data::Batch& batch, int64_t step, double lr, Progress& progress) {

@@ -64,6 +64,15 @@ TEST(Config, BuiltinsParseAndFullSizeIsAf3) {
   EXPECT_EQ(fine.model.diffusion.bond_weight, 1.0);
   EXPECT_EQ(fine.model.diffusion.samples, 32);
   EXPECT_EQ(fine.data.crop_size, 640);
+  // The PAE loss is off in the initial stage and on in fine-tuning; the second fine-tuning
+  // stage is the first on crops of 768.
+  EXPECT_EQ(full.model.confidence.pae_weight, 0.0);
+  EXPECT_EQ(fine.model.confidence.pae_weight, 1.0);
+  const TrainConfig fine768 = load_config("af3-finetune-768");
+  EXPECT_EQ(fine768.data.crop_size, 768);
+  EXPECT_EQ(fine768.model.diffusion.samples, 32);
+  EXPECT_EQ(fine768.model.diffusion.bond_weight, 1.0);
+  EXPECT_EQ(fine768.model.c_z, fine.model.c_z);
 }
 
 // Command-line assignments: dotted keys into nested sections, values read as JSON or else as

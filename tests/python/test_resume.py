@@ -111,3 +111,38 @@ def test_resume_with_other_model_is_refused(megafold_bin, source_dir, tmp_path):
     config, out = finished_run(megafold_bin, source_dir, tmp_path)
     config.write_text(json.dumps({**CONFIG, "steps": 4, "model": {**CONFIG["model"], "c_z": 16}}))
     assert "model.c_z 8 -> 16" in refused(megafold_bin, source_dir, config, out, "--resume")
+
+
+def exported(megafold_bin, checkpoint, out):
+    from safetensors.torch import load_file
+    r = subprocess.run([megafold_bin, "export", "--checkpoint", str(checkpoint), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return load_file(out / "model.safetensors"), load_file(out / "ema.safetensors")
+
+
+def test_init_starts_a_new_stage_from_a_checkpoint(megafold_bin, source_dir, tmp_path):
+    config, first = finished_run(megafold_bin, source_dir, tmp_path)
+    # The next stage: another crop and schedule, the same model; a learning rate so small that
+    # one step leaves the weights where they started (to 1e-20).
+    stage = tmp_path / "stage.json"
+    stage.write_text(json.dumps({**CONFIG, "steps": 1, "data": {"crop_size": 32, "val_crop_size": 32},
+                                 "optim": {"lr": 1e-30, "warmup_steps": 1}, "checkpoint_every": 1}))
+    out = tmp_path / "stage"
+    assert train(megafold_bin, source_dir, stage, out, "--init", str(first / "checkpoints/step_00000002.pt")).wait() == 0
+    assert sorted(losses(out)) == [1]  # a fresh run: step 1
+    before, before_ema = exported(megafold_bin, first / "checkpoints/step_00000002.pt", tmp_path / "a")
+    after, after_ema = exported(megafold_bin, out / "checkpoints/step_00000001.pt", tmp_path / "b")
+    assert set(before) == set(after)
+    assert max((before[k] - after[k]).abs().max().item() for k in before) < 1e-20
+    # The EMA started from the checkpoint's EMA, not from the weights: one update moved it by
+    # 1 - decay of the gap between them.
+    gap = max((before_ema[k] - before[k]).abs().max().item() for k in before)
+    assert gap > 0
+    assert max((after_ema[k] - before_ema[k]).abs().max().item() for k in before) < 0.01 * gap
+    # Another model's checkpoint does not fit; the error names it.
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**CONFIG, "steps": 1, "model": {**CONFIG["model"], "c_z": 16}}))
+    stderr = refused(megafold_bin, source_dir, other, tmp_path / "o", "--init",
+                     str(first / "checkpoints/step_00000002.pt"))
+    assert "step_00000002.pt" in stderr and "in this run's model" in stderr
