@@ -10,6 +10,7 @@
 #include "dist/process_group.h"
 #include "model/confidence_scores.h"
 #include "model/memory_plan.h"
+#include "model/permutation.h"
 
 namespace megafold::model {
 
@@ -89,7 +90,8 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   rollout.steps = cfg_.confidence.rollout_steps;
   const at::Tensor x = sample_structures(diffusion_, ctx, 1, rollout, mix_seed(noise_seed, 1));
   const ConfidenceLogits logits = confidence_(batch, out.s_inputs, out.s, out.z, x, mix_seed(noise_seed, 2));
-  const ConfidenceLoss cl = confidence_loss(logits, x, batch, cfg_.confidence);
+  // The head learns errors against the ground truth's copies matched to the rollout's chains.
+  const ConfidenceLoss cl = confidence_loss(logits, x, permute_ground_truth(x, batch), cfg_.confidence);
   l.total = l.total + cfg_.confidence.weight * cl.total;
   l.plddt = cl.plddt, l.pae = cl.pae, l.pde = cl.pde, l.resolved = cl.resolved;
   l.plddt_target = cl.plddt_target;

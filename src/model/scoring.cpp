@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "data/residue_constants.h"
 #include "model/confidence.h"
+#include "model/permutation.h"
 #include "model/structure_losses.h"
 
 namespace megafold::model {
@@ -37,9 +38,40 @@ at::Tensor take_rows(const at::Tensor& x, const at::Tensor& index) {  // x [R, A
   return x.gather(1, idx.expand(shape));
 }
 
+// score_structures for ground truth already matched to the prediction's chains.
+StructureScores score_in_order(const at::Tensor& pred, const data::Batch& batch);
+
 }  // namespace
 
 StructureScores score_structures(const at::Tensor& pred, const data::Batch& batch) {
+  const int64_t B = batch.size(), A = batch.n_tokens() * data::kMaxAtomsPerToken;
+  MF_CHECK(pred.dim() == 3 && pred.size(1) == A && pred.size(0) % B == 0, "score_structures: predictions must be [",
+           B, " * samples, ", A, ", 3], got ", pred.sizes());
+  const int64_t S = pred.size(0) / B;
+  if (S == 1) return score_in_order(pred, permute_ground_truth(pred, batch));
+  // Each sample against the ground truth matched to its own chains; rows back example-major.
+  std::vector<StructureScores> per_sample;
+  const at::Tensor samples = pred.view({B, S, A, 3});
+  for (int64_t s = 0; s < S; ++s) {
+    const at::Tensor x = samples.select(1, s);
+    per_sample.push_back(score_in_order(x, permute_ground_truth(x, batch)));
+  }
+  auto join = [&](at::Tensor StructureScores::*field) {
+    std::vector<at::Tensor> parts;
+    for (const StructureScores& sc : per_sample) parts.push_back(sc.*field);
+    const at::Tensor stacked = at::stack(parts, 1);  // [B, S, ...]
+    std::vector<int64_t> shape = stacked.sizes().vec();
+    shape.erase(shape.begin());
+    shape[0] = B * S;
+    return stacked.reshape(shape);
+  };
+  return {join(&StructureScores::lddt_ca), join(&StructureScores::lddt_all), join(&StructureScores::lddt_by_type),
+          join(&StructureScores::ligand_rmsd)};
+}
+
+namespace {
+
+StructureScores score_in_order(const at::Tensor& pred, const data::Batch& batch) {
   using data::kMaxAtomsPerToken;
   c10::AutoGradMode no_grad(false);
   const int64_t B = batch.size(), N = batch.n_tokens(), A = N * kMaxAtomsPerToken;
@@ -107,5 +139,7 @@ StructureScores score_structures(const at::Tensor& pred, const data::Batch& batc
     }
   return out;
 }
+
+}  // namespace
 
 }  // namespace megafold::model

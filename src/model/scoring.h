@@ -27,7 +27,8 @@ inline constexpr double kPocketRadius = 10.0;  // Angstrom, as PoseBusters defin
 // residue ids that lDDT uses to skip pairs within one residue.
 at::Tensor atom_token_index(int64_t R, int64_t N, const at::Device& device);
 
-// pred [R, N * kMaxAtomsPerToken, 3] with R = B * samples rows, example-major (as sampled);
+// pred [R, N * kMaxAtomsPerToken, 3] with R = B * samples rows, example-major (as sampled),
+// each against the ground truth with its chain copies matched to the sample's (permutation.h);
 // scored on the atoms the batch resolves (only those: memory is [R, A_resolved^2], not the
 // dense layout's). Float64 arithmetic, no gradients.
 StructureScores score_structures(const at::Tensor& pred, const data::Batch& batch);

@@ -1,0 +1,177 @@
+#include "model/permutation.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "core/check.h"
+#include "data/residue_constants.h"
+#include "model/confidence.h"
+#include "model/structure_losses.h"
+
+namespace megafold::model {
+namespace {
+
+using data::kMaxAtomsPerToken;
+
+struct Chain {
+  std::vector<int64_t> rows;  // batch rows of its tokens, in order
+  int resolved = 0;           // resolved centre atoms
+};
+
+// One example: the permutation of its rows. centres [N, 3] predicted and true (double), ok [N]
+// resolved true centres of real tokens.
+std::vector<int64_t> permute_example(const at::Tensor& pred, const at::Tensor& gt, const std::vector<uint8_t>& ok,
+                                     const std::vector<int64_t>& asym, const std::vector<int64_t>& entity,
+                                     const std::vector<int64_t>& restype, const std::vector<int64_t>& residue,
+                                     const std::vector<uint8_t>& real) {
+  const int64_t N = static_cast<int64_t>(asym.size());
+  std::vector<int64_t> identity(N);
+  std::iota(identity.begin(), identity.end(), 0);
+  std::map<int64_t, Chain> chains;
+  for (int64_t i = 0; i < N; ++i)
+    if (real[i]) {
+      chains[asym[i]].rows.push_back(i);
+      chains[asym[i]].resolved += ok[i];
+    }
+  // Classes of interchangeable chains: same entity, same residues row by row.
+  std::vector<std::vector<int64_t>> classes;  // asym ids
+  for (const auto& [id, chain] : chains) {
+    auto same = [&](int64_t other) {
+      const Chain& o = chains.at(other);
+      if (entity[o.rows[0]] != entity[chain.rows[0]] || o.rows.size() != chain.rows.size()) return false;
+      for (size_t k = 0; k < o.rows.size(); ++k)
+        if (restype[o.rows[k]] != restype[chain.rows[k]] || residue[o.rows[k]] != residue[chain.rows[k]]) return false;
+      return true;
+    };
+    auto cls = std::find_if(classes.begin(), classes.end(), [&](const auto& c) { return same(c[0]); });
+    if (cls == classes.end())
+      classes.push_back({id});
+    else
+      cls->push_back(id);
+  }
+  if (std::all_of(classes.begin(), classes.end(), [](const auto& c) { return c.size() < 2; })) return identity;
+  // The anchor: fewest copies, then most resolved centres.
+  int64_t anchor = -1;
+  size_t anchor_class = 0;
+  for (size_t c = 0; c < classes.size(); ++c)
+    for (const int64_t id : classes[c]) {
+      if (chains.at(id).resolved < 3) continue;
+      if (anchor < 0 || classes[c].size() < classes[anchor_class].size() ||
+          (classes[c].size() == classes[anchor_class].size() && chains.at(id).resolved > chains.at(anchor).resolved)) {
+        anchor = id;
+        anchor_class = c;
+      }
+    }
+  if (anchor < 0) return identity;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor pred_c = pred.contiguous();
+  const auto P = pred_c.accessor<double, 2>();
+  double best_cost = std::numeric_limits<double>::infinity();
+  std::vector<int64_t> best = identity;
+  for (const int64_t target : classes[anchor_class]) {
+    // Superpose the ground truth by the anchor onto the predicted chain `target`.
+    at::Tensor goal = at::zeros({N, 3}, f64), weight = at::zeros({N}, f64);
+    const Chain &a = chains.at(anchor), &t = chains.at(target);
+    for (size_t k = 0; k < a.rows.size(); ++k) {
+      goal[a.rows[k]] = pred[t.rows[k]];
+      weight[a.rows[k]] = static_cast<double>(ok[a.rows[k]]);
+    }
+    const at::Tensor moved_t = weighted_rigid_align(gt.unsqueeze(0), goal.unsqueeze(0), weight.unsqueeze(0))[0].contiguous();
+    const auto moved = moved_t.accessor<double, 2>();
+    // Greedy assignment, class by class, predicted chains in order.
+    std::map<int64_t, int64_t> truth_of;  // predicted chain -> ground-truth chain
+    truth_of[target] = anchor;
+    for (const auto& cls : classes) {
+      std::vector<int64_t> free;
+      for (const int64_t id : cls)
+        if (id != anchor) free.push_back(id);
+      for (const int64_t p : cls) {
+        if (truth_of.count(p)) continue;
+        double nearest = std::numeric_limits<double>::infinity();
+        size_t pick = 0;
+        for (size_t f = 0; f < free.size(); ++f) {
+          // Centroids over the positions the ground-truth copy resolves.
+          const Chain &pc = chains.at(p), &gc = chains.at(free[f]);
+          double diff[3] = {0, 0, 0};
+          int count = 0;
+          for (size_t k = 0; k < gc.rows.size(); ++k)
+            if (ok[gc.rows[k]]) {
+              for (int x = 0; x < 3; ++x) diff[x] += P[pc.rows[k]][x] - moved[gc.rows[k]][x];
+              ++count;
+            }
+          const double d = count > 0 ? std::sqrt(diff[0] * diff[0] + diff[1] * diff[1] + diff[2] * diff[2]) / count
+                                     : std::numeric_limits<double>::max();
+          if (d < nearest) nearest = d, pick = f;
+        }
+        truth_of[p] = free[pick];
+        free.erase(free.begin() + static_cast<int64_t>(pick));
+      }
+    }
+    std::vector<int64_t> perm = identity;
+    for (const auto& [p, g] : truth_of)
+      for (size_t k = 0; k < chains.at(p).rows.size(); ++k) perm[chains.at(p).rows[k]] = chains.at(g).rows[k];
+    double cost = 0;
+    for (int64_t i = 0; i < N; ++i)
+      if (real[i] && ok[perm[i]])
+        for (int x = 0; x < 3; ++x) cost += (P[i][x] - moved[perm[i]][x]) * (P[i][x] - moved[perm[i]][x]);
+    if (cost < best_cost) best_cost = cost, best = perm;
+  }
+  return best;
+}
+
+template <typename T>
+std::vector<T> row(const at::Tensor& x, int64_t b) {
+  const at::Tensor r = x[b].contiguous();
+  return std::vector<T>(r.data_ptr<T>(), r.data_ptr<T>() + r.numel());
+}
+
+}  // namespace
+
+at::Tensor chain_permutation(const at::Tensor& x_pred, const data::Batch& batch) {
+  at::NoGradGuard no_grad;
+  const int64_t B = batch.size(), N = batch.n_tokens();
+  MF_CHECK(x_pred.dim() == 3 && x_pred.size(0) == B && x_pred.size(1) == N * kMaxAtomsPerToken,
+           "chain_permutation: x_pred must be [", B, ", ", N * kMaxAtomsPerToken, ", 3], got ", x_pred.sizes());
+  const at::Tensor slot = batch.centre_slot.to(at::kCPU);
+  const at::Tensor pred = slot_atoms(x_pred.detach().to(at::kCPU, at::kDouble), slot);
+  const at::Tensor gt = slot_atoms(batch.atom_coords.to(at::kCPU, at::kDouble).reshape({B, -1, 3}), slot);
+  const at::Tensor centre_ok =
+      batch.atom_mask.to(at::kCPU).reshape({B, N, kMaxAtomsPerToken}).gather(2, slot.unsqueeze(-1)).squeeze(-1) *
+      batch.token_mask.to(at::kCPU);
+  const at::Tensor ok = (centre_ok > 0).to(at::kByte), real = (batch.token_mask.to(at::kCPU) > 0).to(at::kByte);
+  const at::Tensor asym = batch.asym_id.to(at::kCPU), entity = batch.entity_id.to(at::kCPU);
+  const at::Tensor restype = batch.restype.to(at::kCPU), residue = batch.residue_index.to(at::kCPU);
+  std::vector<at::Tensor> perms;
+  for (int64_t b = 0; b < B; ++b)
+    perms.push_back(at::tensor(permute_example(pred[b], gt[b], row<uint8_t>(ok, b), row<int64_t>(asym, b),
+                                               row<int64_t>(entity, b), row<int64_t>(restype, b),
+                                               row<int64_t>(residue, b), row<uint8_t>(real, b)),
+                               at::kLong));
+  return at::stack(perms);
+}
+
+data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch) {
+  const at::Tensor perm = chain_permutation(x_pred, batch);
+  const int64_t N = batch.n_tokens();
+  if (at::equal(perm, at::arange(N, perm.options()).expand_as(perm))) return batch;
+  data::Batch out = batch;
+  auto rows = [&](const at::Tensor& x) {
+    const at::Tensor p = perm.to(x.device());
+    std::vector<at::Tensor> examples;
+    for (int64_t b = 0; b < batch.size(); ++b) examples.push_back(x[b].index_select(0, p[b]));
+    return at::stack(examples);
+  };
+  out.atom_coords = rows(batch.atom_coords);
+  out.atom_mask = rows(batch.atom_mask);
+  out.rep_coords = rows(batch.rep_coords);
+  out.rep_mask = rows(batch.rep_mask);
+  return out;
+}
+
+}  // namespace megafold::model

@@ -1,0 +1,31 @@
+#pragma once
+// Chain permutation of the ground truth (AF3 SI Sec. 4.2): the copies of a chain are
+// interchangeable, so before a prediction is scored or trained against the ground truth, the
+// ground truth's copies are matched to the predicted ones.
+//
+// Interchangeable: chains of one entity whose tokens in the batch are the same residues, row by
+// row (restype and residue_index; a crop that kept different parts of two copies leaves them
+// apart). Per example, on token centre atoms (CA, C1', a ligand's atoms):
+//   1. anchor: a ground-truth chain of the class with the fewest copies (a chain without copies
+//      if there is one), the one with the most resolved centres (at least 3);
+//   2. for every predicted chain the anchor could be, superpose the whole ground truth by the
+//      anchor onto it, then let every other predicted chain, in order, take the unassigned copy
+//      of its class whose superposed centroid is nearest;
+//   3. keep the assignment with the lowest RMSD over all resolved centres.
+// Symmetric atoms within residues and ligands are not permuted yet.
+#include <ATen/core/Tensor.h>
+
+#include "data/features.h"
+
+namespace megafold::model {
+
+// Row permutation [B, N] int64 of the ground truth's tokens that matches x_pred [B, N *
+// kMaxAtomsPerToken, 3] (one structure per example): ground-truth row perm[b][i] belongs at row
+// i. The identity for examples without interchangeable chains.
+at::Tensor chain_permutation(const at::Tensor& x_pred, const data::Batch& batch);
+
+// The batch with its ground truth (atom_coords, atom_mask, rep_coords, rep_mask) permuted by
+// chain_permutation(x_pred, batch); every other field is the batch's.
+data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch);
+
+}  // namespace megafold::model

@@ -1,0 +1,101 @@
+// Chain permutation of the ground truth: a prediction that swapped the copies of a homodimer is
+// matched back exactly, whatever its rigid motion; chains that are not copies, or copies
+// cropped differently, are never swapped; scores see the matched ground truth.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <numeric>
+#include <vector>
+
+#include "data/features.h"
+#include "data/structure.h"
+#include "model/permutation.h"
+#include "model/scoring.h"
+#include "testing.h"
+
+namespace megafold::model {
+namespace {
+using namespace megafold::testing;
+using data::kMaxAtomsPerToken;
+
+const std::string kData = MEGAFOLD_TEST_SOURCE_DIR "/data/pdb";
+
+// Rows of chain `asym` in a one-example batch.
+std::vector<int64_t> rows_of(const data::Batch& b, int64_t asym) {
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < b.n_tokens(); ++i)
+    if (b.asym_id[0][i].item<int64_t>() == asym && b.token_mask[0][i].item<float>() > 0) rows.push_back(i);
+  return rows;
+}
+
+// x [1, N * 24, 3] with the token rows of chains p and q exchanged.
+at::Tensor swap_chains(const at::Tensor& x, const data::Batch& b, int64_t p, int64_t q, at::Tensor* perm = nullptr) {
+  const int64_t N = b.n_tokens();
+  std::vector<int64_t> order(N);
+  std::iota(order.begin(), order.end(), 0);
+  const std::vector<int64_t> rp = rows_of(b, p), rq = rows_of(b, q);
+  EXPECT_EQ(rp.size(), rq.size());
+  for (size_t k = 0; k < rp.size(); ++k) std::swap(order[rp[k]], order[rq[k]]);
+  const at::Tensor idx = at::tensor(order, at::kLong);
+  if (perm) *perm = idx;
+  return x.view({1, N, kMaxAtomsPerToken, 3}).index_select(1, idx).reshape({1, N * kMaxAtomsPerToken, 3});
+}
+
+at::Tensor rigidly_moved(const at::Tensor& x) {
+  const at::Tensor q = std::get<0>(at::linalg_qr(torch::randn({3, 3}, torch::kDouble))).to(at::kFloat);
+  const at::Tensor r = at::linalg_det(q).item<float>() < 0 ? -q : q;  // a rotation, not a reflection
+  return at::matmul(x, r.t()) + torch::tensor({12.f, -3.f, 40.f});
+}
+
+TEST(Permutation, SwappedHomodimerCopiesAreMatchedBack) {
+  torch::manual_seed(static_cast<uint64_t>(fresh_seed()));
+  // 3u8v: two copies of an 83-residue chain and an ion.
+  const data::Entry e = data::load_entry(kData + "/3u8v.cif.gz");
+  const data::Batch b = data::make_batch({&e}, {{}}, 0);
+  const int64_t N = b.n_tokens(), A = N * kMaxAtomsPerToken;
+  ASSERT_EQ(b.entity_id[0][rows_of(b, 0)[0]].item<int64_t>(), b.entity_id[0][rows_of(b, 1)[0]].item<int64_t>());
+  const at::Tensor gt = b.atom_coords.reshape({1, A, 3});
+  // A prediction equal to the truth, moved: nothing to permute.
+  const at::Tensor same = rigidly_moved(gt);
+  EXPECT_TRUE(at::equal(chain_permutation(same, b)[0], at::arange(N, at::kLong)));
+  // The copies swapped (and moved): the ground truth's copies follow them.
+  at::Tensor order;
+  const at::Tensor swapped = rigidly_moved(swap_chains(gt, b, 0, 1, &order));
+  EXPECT_TRUE(at::equal(chain_permutation(swapped, b)[0], order));
+  const data::Batch matched = permute_ground_truth(swapped, b);
+  EXPECT_TRUE(at::equal(matched.atom_coords, b.atom_coords.index_select(1, order)));
+  EXPECT_TRUE(at::equal(matched.atom_mask, b.atom_mask.index_select(1, order)));
+  EXPECT_TRUE(at::equal(matched.restype, b.restype));
+  // Scores see the matched truth: the swapped prediction is a perfect one.
+  EXPECT_NEAR(score_structures(swapped, b).lddt_ca[0].item<float>(), 1.0, 1e-5);
+  EXPECT_NEAR(score_structures(swapped, b).lddt_all[0].item<float>(), 1.0, 1e-5);
+  // Several samples per example: each matched on its own.
+  const at::Tensor two = at::cat({same, swapped});
+  const StructureScores sc = score_structures(two, b);
+  EXPECT_NEAR(sc.lddt_all[0].item<float>(), 1.0, 1e-5);
+  EXPECT_NEAR(sc.lddt_all[1].item<float>(), 1.0, 1e-5);
+}
+
+TEST(Permutation, OnlyCopiesWithTheSameResiduesSwap) {
+  torch::manual_seed(static_cast<uint64_t>(fresh_seed()));
+  // The two copies of 3u8v cropped to different residues are not interchangeable.
+  const data::Entry e = data::load_entry(kData + "/3u8v.cif.gz");
+  const data::Batch whole = data::make_batch({&e}, {{}}, 0);
+  const std::vector<int64_t> a = rows_of(whole, 0), b = rows_of(whole, 1);
+  std::vector<int32_t> sel;
+  for (size_t k = 0; k < 60; ++k) sel.push_back(static_cast<int32_t>(a[k]));
+  for (size_t k = 1; k < 61; ++k) sel.push_back(static_cast<int32_t>(b[k]));
+  const data::Batch cropped = data::make_batch({&e}, {sel}, 0);
+  const int64_t N = cropped.n_tokens();
+  const at::Tensor gt = cropped.atom_coords.reshape({1, N * kMaxAtomsPerToken, 3});
+  EXPECT_TRUE(at::equal(chain_permutation(rigidly_moved(gt), cropped)[0], at::arange(N, at::kLong)));
+  // A complex without copies: the identity.
+  const data::Entry lig = data::load_entry(kData + "/4cup.cif.gz");
+  const data::Batch one = data::make_batch({&lig}, {{}}, 0);
+  const int64_t M = one.n_tokens();
+  const at::Tensor x = one.atom_coords.reshape({1, M * kMaxAtomsPerToken, 3}) + torch::randn({1, M * kMaxAtomsPerToken, 3});
+  EXPECT_TRUE(at::equal(chain_permutation(x, one)[0], at::arange(M, at::kLong)));
+}
+
+}  // namespace
+}  // namespace megafold::model
