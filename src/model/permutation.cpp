@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -156,7 +158,41 @@ at::Tensor chain_permutation(const at::Tensor& x_pred, const data::Batch& batch)
   return at::stack(perms);
 }
 
-data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch) {
+namespace {
+
+// AF2's residue_atom_renaming_swaps: the atom pairs of a residue that its chemistry cannot tell
+// apart (the swap of the names is the same molecule).
+const std::vector<std::pair<std::string, std::vector<std::pair<const char*, const char*>>>>& symmetric_atoms() {
+  static const std::vector<std::pair<std::string, std::vector<std::pair<const char*, const char*>>>> swaps = {
+      {"ASP", {{"OD1", "OD2"}}},
+      {"GLU", {{"OE1", "OE2"}}},
+      {"PHE", {{"CD1", "CD2"}, {"CE1", "CE2"}}},
+      {"TYR", {{"CD1", "CD2"}, {"CE1", "CE2"}}},
+  };
+  return swaps;
+}
+
+// [kNumTokenTypes, kMaxAtomsPerToken] int64: each slot's partner under the renaming (itself
+// where it has none).
+const at::Tensor& swap_table() {
+  static const at::Tensor table = [] {
+    at::Tensor t = at::arange(kMaxAtomsPerToken, at::kLong).repeat({data::kNumTokenTypes, 1});
+    for (int type = 0; type < data::kNumResidueTypes; ++type)
+      for (const auto& [name, pairs] : symmetric_atoms())
+        if (data::residue_name(type) == name)
+          for (const auto& [a, b] : pairs) {
+            const int sa = data::atom_slot(type, a), sb = data::atom_slot(type, b);
+            MF_CHECK(sa >= 0 && sb >= 0, "symmetric atoms: ", name, " lacks ", a, " or ", b);
+            t[type][sa] = sb;
+            t[type][sb] = sa;
+          }
+    return t;
+  }();
+  return table;
+}
+
+// The ground truth's token rows permuted by chain_permutation.
+data::Batch permute_chains(const at::Tensor& x_pred, const data::Batch& batch) {
   const at::Tensor perm = chain_permutation(x_pred, batch);
   const int64_t N = batch.n_tokens();
   if (at::equal(perm, at::arange(N, perm.options()).expand_as(perm))) return batch;
@@ -172,6 +208,62 @@ data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& ba
   out.rep_coords = rows(batch.rep_coords);
   out.rep_mask = rows(batch.rep_mask);
   return out;
+}
+
+}  // namespace
+
+data::Batch rename_symmetric_atoms(const at::Tensor& x_pred, const data::Batch& batch) {
+  at::NoGradGuard no_grad;
+  const int64_t B = batch.size(), N = batch.n_tokens(), A = N * kMaxAtomsPerToken;
+  const at::Tensor restype = batch.restype.to(at::kCPU);
+  // Per-atom tokens keep slot 0 (the table's identity rows for their UNK type are never swaps
+  // of slot 0 anyway); padding tokens count as real types with nothing resolved.
+  const at::Tensor swap = swap_table().index_select(0, restype.reshape({-1})).view({B, N, kMaxAtomsPerToken});
+  const at::Tensor flat_swap = (swap + at::arange(N, at::kLong).view({1, N, 1}) * kMaxAtomsPerToken).view({B, A});
+  const at::Tensor symmetric = (swap != at::arange(kMaxAtomsPerToken, at::kLong)).view({B, A});
+  const at::Tensor gt = batch.atom_coords.to(at::kCPU, at::kDouble).reshape({B, A, 3});
+  const at::Tensor mask = (batch.atom_mask.to(at::kCPU) * batch.token_mask.to(at::kCPU).unsqueeze(-1)).reshape({B, A}) > 0;
+  const at::Tensor pred = x_pred.detach().to(at::kCPU, at::kDouble).reshape({B, A, 3});
+  at::Tensor use_alt = at::zeros({B, N}, at::kBool);
+  bool any = false;
+  for (int64_t b = 0; b < B; ++b) {
+    // Symmetric atoms whose partner is resolved too, against every resolved atom that is not
+    // symmetric.
+    const at::Tensor partner_ok = mask[b].index_select(0, flat_swap[b]);
+    const at::Tensor amb = (symmetric[b] & mask[b] & partner_ok).nonzero().squeeze(1);
+    if (amb.numel() == 0) continue;
+    const at::Tensor ref = (mask[b] & ~symmetric[b]).nonzero().squeeze(1);
+    if (ref.numel() == 0) continue;
+    auto distances = [](const at::Tensor& x, const at::Tensor& y) {
+      return (x.unsqueeze(1) - y.unsqueeze(0)).square().sum(-1).sqrt();
+    };
+    const at::Tensor p_ref = pred[b].index_select(0, ref), g_ref = gt[b].index_select(0, ref);
+    at::Tensor err = at::zeros({N}, at::kDouble), err_alt = at::zeros({N}, at::kDouble);
+    constexpr int64_t kChunk = 256;  // symmetric atoms at a time: [chunk, atoms] distances
+    for (int64_t c0 = 0; c0 < amb.numel(); c0 += kChunk) {
+      const at::Tensor atoms = amb.narrow(0, c0, std::min(kChunk, amb.numel() - c0));
+      const at::Tensor d_pred = distances(pred[b].index_select(0, atoms), p_ref);
+      const at::Tensor d_gt = distances(gt[b].index_select(0, atoms), g_ref);
+      const at::Tensor d_alt = distances(gt[b].index_select(0, flat_swap[b].index_select(0, atoms)), g_ref);
+      const at::Tensor token = at::floor_divide(atoms, kMaxAtomsPerToken);
+      err.index_add_(0, token, (d_pred - d_gt).abs().sum(1));
+      err_alt.index_add_(0, token, (d_pred - d_alt).abs().sum(1));
+    }
+    use_alt[b] = err_alt < err;
+    any = any || use_alt[b].any().item<bool>();
+  }
+  if (!any) return batch;
+  // Where a token takes the swapped naming, each slot reads its partner's coordinates and mask.
+  const at::Tensor source = at::where(use_alt.unsqueeze(-1), swap, at::arange(kMaxAtomsPerToken, at::kLong));
+  data::Batch out = batch;
+  const at::Tensor index = source.to(batch.atom_coords.device());
+  out.atom_coords = batch.atom_coords.gather(2, index.unsqueeze(-1).expand({B, N, kMaxAtomsPerToken, 3}));
+  out.atom_mask = batch.atom_mask.gather(2, index);
+  return out;
+}
+
+data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch) {
+  return rename_symmetric_atoms(x_pred, permute_chains(x_pred, batch));
 }
 
 }  // namespace megafold::model

@@ -12,7 +12,10 @@
 //      anchor onto it, then let every other predicted chain, in order, take the unassigned copy
 //      of its class whose superposed centroid is nearest;
 //   3. keep the assignment with the lowest RMSD over all resolved centres.
-// Symmetric atoms within residues and ligands are not permuted yet.
+// Then symmetric atoms within residues (AF2's renaming swaps: ASP OD1/OD2, GLU OE1/OE2, PHE and
+// TYR CD1/CD2 with CE1/CE2): a residue takes its swapped naming where that brings the distances
+// from its symmetric atoms to every other resolved atom closer to the predicted ones. Symmetric
+// atoms of ligands are not permuted yet.
 #include <ATen/core/Tensor.h>
 
 #include "data/features.h"
@@ -24,8 +27,13 @@ namespace megafold::model {
 // i. The identity for examples without interchangeable chains.
 at::Tensor chain_permutation(const at::Tensor& x_pred, const data::Batch& batch);
 
+// The batch's ground truth with symmetric residue atoms renamed to match x_pred (same layout):
+// atom_coords and atom_mask swapped within the residues whose swapped naming fits better.
+data::Batch rename_symmetric_atoms(const at::Tensor& x_pred, const data::Batch& batch);
+
 // The batch with its ground truth (atom_coords, atom_mask, rep_coords, rep_mask) permuted by
-// chain_permutation(x_pred, batch); every other field is the batch's.
+// chain_permutation(x_pred, batch), then its symmetric atoms renamed (rename_symmetric_atoms);
+// every other field is the batch's.
 data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch);
 
 }  // namespace megafold::model

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "data/features.h"
+#include "data/residue_constants.h"
 #include "data/structure.h"
 #include "model/permutation.h"
 #include "model/scoring.h"
@@ -95,6 +98,46 @@ TEST(Permutation, OnlyCopiesWithTheSameResiduesSwap) {
   const int64_t M = one.n_tokens();
   const at::Tensor x = one.atom_coords.reshape({1, M * kMaxAtomsPerToken, 3}) + torch::randn({1, M * kMaxAtomsPerToken, 3});
   EXPECT_TRUE(at::equal(chain_permutation(x, one)[0], at::arange(M, at::kLong)));
+}
+
+// Ubiquitin with the names of some symmetric side-chain atoms exchanged in the prediction (two
+// ASP, one GLU, one PHE ring): the ground truth takes the exchanged names in those residues and
+// only there.
+TEST(Permutation, SymmetricSideChainAtomsFollowThePrediction) {
+  const data::Entry e = data::load_entry(kData + "/1ubi.pdb.gz");
+  const data::Batch b = data::make_batch({&e}, {{}}, 0);
+  const int64_t N = b.n_tokens();
+  at::Tensor pred = b.atom_coords.clone();  // [1, N, 24, 3]
+  std::vector<int64_t> swapped;
+  std::map<std::string, int> wanted = {{"ASP", 2}, {"GLU", 1}, {"PHE", 1}};
+  for (int64_t i = 0; i < N; ++i) {
+    const int t = static_cast<int>(b.restype[0][i].item<int64_t>());
+    const std::string name(data::residue_name(t));
+    if (!wanted.count(name) || wanted[name] == 0) continue;
+    const std::vector<std::pair<const char*, const char*>> pairs =
+        name == "ASP" ? std::vector<std::pair<const char*, const char*>>{{"OD1", "OD2"}}
+        : name == "GLU" ? std::vector<std::pair<const char*, const char*>>{{"OE1", "OE2"}}
+                        : std::vector<std::pair<const char*, const char*>>{{"CD1", "CD2"}, {"CE1", "CE2"}};
+    bool resolved = true;
+    for (const auto& [x, y] : pairs)
+      resolved = resolved && b.atom_mask[0][i][data::atom_slot(t, x)].item<float>() > 0 &&
+                 b.atom_mask[0][i][data::atom_slot(t, y)].item<float>() > 0;
+    if (!resolved) continue;
+    for (const auto& [x, y] : pairs) {
+      const int sx = data::atom_slot(t, x), sy = data::atom_slot(t, y);
+      pred[0][i][sx] = b.atom_coords[0][i][sy];
+      pred[0][i][sy] = b.atom_coords[0][i][sx];
+    }
+    --wanted[name];
+    swapped.push_back(i);
+  }
+  ASSERT_EQ(swapped.size(), 4u);
+  const data::Batch renamed = rename_symmetric_atoms(pred.reshape({1, -1, 3}), b);
+  EXPECT_TRUE(at::equal(renamed.atom_coords * b.atom_mask.unsqueeze(-1), pred * b.atom_mask.unsqueeze(-1)));
+  EXPECT_TRUE(at::equal(renamed.atom_mask, b.atom_mask));
+  // The truth itself as the prediction: nothing renamed.
+  const data::Batch same = rename_symmetric_atoms(b.atom_coords.reshape({1, -1, 3}), b);
+  EXPECT_TRUE(at::equal(same.atom_coords, b.atom_coords));
 }
 
 }  // namespace
