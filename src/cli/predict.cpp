@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "core/check.h"
 #include "core/files.h"
+#include "data/msa.h"
 #include "data/residue_constants.h"
 #include "infer/predictor.h"
 
@@ -90,6 +91,9 @@ int predict_main(const std::vector<std::string>& argv) {
                         "prediction is scored against it), sequences (.fasta: one chain per record) or an "
                         "AlphaFold 3 job (.json, dialect alphafold3)"},
       {"out", "DIR", "output folder: <name>_sample_<k>.cif per sample and <name>_summary.json"},
+      {"msa", "DIR", "MSAs of the input's protein and RNA chains: DIR/<name>_<chain>.a3m (or .a3m.gz), as "
+                     "'megafold cache --msa' reads them; chains without a file (or with an MSA in the AF3 JSON) "
+                     "keep theirs or run single-sequence"},
       {"samples", "K", "structures to sample (default 5)"},
       {"seed", "N", "sampler seed (default 0; AF3 JSON: its first modelSeeds entry)"},
       {"sampler-steps", "N", "diffusion sampler steps (default: the checkpoint config's, AF3: 200)"},
@@ -122,7 +126,16 @@ int predict_main(const std::vector<std::string>& argv) {
   po.ema = !args.has("raw-weights");
 
   std::vector<int64_t> seeds;
-  const data::Entry entry = infer::load_input(input, &seeds);
+  data::Entry entry = infer::load_input(input, &seeds);
+  if (auto dir = args.get("msa")) {
+    MF_CHECK(std::filesystem::is_directory(*dir), "--msa ", *dir, ": not a directory");
+    std::vector<std::string> warnings;
+    data::attach_msas(entry, *dir, warnings);
+    for (const std::string& w : warnings) std::cerr << "warning: " << w << std::endl;
+    for (int c = 0; c < entry.n_chains(); ++c)
+      if (!entry.msas.empty() && entry.msas[c].depth > 0)
+        std::cout << "  chain " << entry.chain_ids[c] << ": MSA of " << entry.msas[c].depth << " rows" << std::endl;
+  }
   infer::Predictor predictor(checkpoint, po);
   // AF3 JSON names its seeds; --seed overrides them.
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", seeds.empty() ? 0 : seeds.front()));

@@ -3,11 +3,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "core/check.h"
 #include "data/residue_constants.h"
+#include "data/structure.h"
 
 namespace megafold::data {
 namespace {
@@ -164,6 +166,34 @@ MsaProfile msa_profile(const Msa& msa) {
       p.deletion_mean[i] += w * static_cast<float>(msa.deletions[s * msa.length + i]);
     }
   return p;
+}
+
+void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>& warnings) {
+  namespace fs = std::filesystem;
+  if (msa_dir.empty()) return;
+  if (e.msas.empty()) e.msas.assign(e.n_chains(), Msa{});
+  for (int c = 0; c < e.n_chains(); ++c) {
+    const MolType mol = e.chain_mol_type(c);
+    if (mol != MolType::kProtein && mol != MolType::kRna) continue;  // DNA and ligands: single sequence
+    if (e.msas[c].depth > 0) continue;
+    fs::path file = fs::path(msa_dir) / (e.name + "_" + e.chain_ids[c] + ".a3m");
+    if (!fs::exists(file)) file += ".gz";
+    if (!fs::exists(file)) continue;
+    if (!fs::is_regular_file(file)) {  // a FIFO would block the reader
+      warnings.push_back("MSA not used: " + file.string() + " is not a regular file");
+      continue;
+    }
+    std::vector<int8_t> seq;  // per residue
+    std::vector<int32_t> index;
+    for (int i = 0; i < e.n_tokens(); ++i)
+      if (e.asym_id[i] == c && (index.empty() || e.residue_index[i] != index.back()))
+        seq.push_back(e.restype[i]), index.push_back(e.residue_index[i]);
+    try {
+      e.msas[c] = msa_for_chain(load_a3m(file.string(), mol), seq, index, file.string());
+    } catch (const std::exception& ex) {
+      warnings.push_back(std::string("MSA not used: ") + ex.what());
+    }
+  }
 }
 
 }  // namespace megafold::data

@@ -45,6 +45,14 @@ Msa load_a3m(const std::string& path, MolType mol = MolType::kProtein);
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
                   const std::string& origin);
 
+struct Entry;  // data/structure.h, which holds each chain's Msa
+
+// The MSA of each protein and RNA chain c of e without one yet, from
+// <msa_dir>/<e.name>_<e.chain_ids[c]>.a3m (or .a3m.gz) where that file exists (DNA and ligands
+// stay single-sequence). A file that is not a regular file or does not fit its chain is not
+// used; `warnings` gets a line naming it and why.
+void attach_msas(Entry& e, const std::string& msa_dir, std::vector<std::string>& warnings);
+
 // The MSA restricted to `columns` (indices into msa's columns, in the order given), with the
 // profile and deletion means of the result.
 Msa msa_columns(const Msa& msa, const std::vector<int64_t>& columns);

@@ -93,6 +93,24 @@ def test_predict_fasta(megafold_bin, checkpoint, tmp_path):
     assert sum(1 for a in atoms if a["label_atom_id"] == "CA") == 14
 
 
+def test_predict_reads_msas_for_its_chains(megafold_bin, checkpoint, tmp_path):
+    fasta = tmp_path / "pair.fasta"
+    fasta.write_text(">one\nMKTAYIAKQR\n>two\nGSHM\n")
+    msas = tmp_path / "msas"
+    msas.mkdir()
+    (msas / "pair_A.a3m").write_text(">query\nMKTAYIAKQR\n>hit\nMKTAYLAKQR\n>hit2\nMKSAYIAK--\n")
+    (msas / "pair_B.a3m").write_text(">query\nGSHW\n>hit\nGSHM\n")  # not chain B's sequence
+    out = tmp_path / "out"
+    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--samples", "1",
+            "--msa", msas)
+    assert r.returncode == 0, r.stderr
+    assert "chain A: MSA of 3 rows" in r.stdout
+    assert "MSA not used" in r.stderr and "pair_B.a3m" in r.stderr
+    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--msa",
+            tmp_path / "none")
+    assert r.returncode == 1 and "--msa" in r.stderr and "not a directory" in r.stderr
+
+
 def test_predict_fasta_with_dna_and_ligands(megafold_bin, checkpoint, tmp_path):
     # A model trained on proteins alone still takes every molecule type: DNA by its letters,
     # ligands by CCD code (ATP: 31 heavy atoms, MG: 1), each written as its own chain.
