@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <numeric>
+#include <set>
 
 #include "cli/args.h"
 #include "core/check.h"
@@ -39,11 +40,15 @@ double round2(double x) { return std::round(x * 100.0) / 100.0; }
 nlohmann::json sample_confidences(const data::Entry& e, const std::vector<uint8_t>& written,
                                   const infer::PredictedEntry& r, int64_t k) {
   const int N = e.n_tokens();
+  // The input's chain ids (an AF3 job's or FASTA's) where they name each chain once; else (a
+  // structure's ligands share their polymer's author chain) the label ids of the mmCIF.
+  const std::set<std::string> distinct(e.chain_ids.begin(), e.chain_ids.end());
+  const bool own_ids = static_cast<int>(distinct.size()) == e.n_chains();
   std::vector<std::string> atom_chains, token_chains;
   std::vector<double> atom_plddts;
   std::vector<int> token_res_ids;
   for (int i = 0; i < N; ++i) {
-    token_chains.push_back(data::chain_label(e.asym_id[i]));
+    token_chains.push_back(own_ids ? e.chain_ids[e.asym_id[i]] : data::chain_label(e.asym_id[i]));
     token_res_ids.push_back(e.residue_index[i]);
     for (int a = 0; a < data::kMaxAtomsPerToken; ++a)
       if (written[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a]) {

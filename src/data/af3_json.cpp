@@ -111,10 +111,17 @@ class Reader {
     return v.get<std::string>();
   }
 
-  // AF3's output names: the job name with characters outside [A-Za-z0-9_-] as '_', lower case.
+  // AF3's output names (its sanitised_name): the job name in lower case, spaces as '_', other
+  // characters outside [a-z0-9_-.] dropped.
   static std::string file_name(const std::string& name) {
     std::string out;
-    for (const unsigned char c : name) out.push_back(std::isalnum(c) || c == '_' || c == '-' ? std::tolower(c) : '_');
+    for (const unsigned char c : name) {
+      const char l = static_cast<char>(std::tolower(c));
+      if (l == ' ')
+        out.push_back('_');
+      else if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '_' || l == '-' || l == '.')
+        out.push_back(l);
+    }
     return out.empty() ? "job" : out;
   }
 

@@ -18,16 +18,24 @@ at::Tensor error_bin_centres(int64_t bins, double max, const at::TensorOptions& 
   return (at::arange(bins, options) + 0.5) * (max / static_cast<double>(bins));
 }
 
-// score(T, pairs) of tm_scores: probs [N, N, bins] double, in [N] bool, pairs [N, N] bool.
-double tm_score(const at::Tensor& probs, const at::Tensor& centres, const at::Tensor& in, const at::Tensor& pairs) {
-  const at::Tensor counted = (pairs & in.unsqueeze(1) & in.unsqueeze(0)).to(at::kDouble);
-  const at::Tensor per_row = counted.sum(1);
-  if (per_row.max().item<double>() == 0) return kNaN;
-  const double n = in.sum().item<double>();
-  const double d0 = 1.24 * std::cbrt(std::max(n, 19.0) - 15.0) - 1.8;
-  const at::Tensor tm = at::matmul(probs, 1.0 / (1.0 + (centres / d0).square()));  // [N, N]
-  const at::Tensor mean = (tm * counted).sum(1) / per_row.clamp_min(1);
-  return at::where(per_row > 0, mean, -1.0).max().item<double>();
+// score(T, pairs) of tm_scores: probs [N, N, bins] float32 on any device; in, rows_ok [N] and
+// pairs [N, N] bool on the CPU. Only T's block of the probabilities is multiplied.
+double tm_score(const at::Tensor& probs, const at::Tensor& centres, const at::Tensor& in, const at::Tensor& rows_ok,
+                const at::Tensor& pairs) {
+  const at::Tensor members = in.nonzero().squeeze(1);
+  const int64_t n = members.numel();
+  if (n == 0) return kNaN;
+  const at::Tensor block_pairs = pairs.index_select(0, members).index_select(1, members).to(at::kDouble);
+  const at::Tensor rows = rows_ok.index_select(0, members).to(at::kDouble);
+  const at::Tensor per_row = block_pairs.sum(1);
+  if ((per_row * rows).max().item<double>() == 0) return kNaN;
+  const double d0 = 1.24 * std::cbrt(std::max(static_cast<double>(n), 19.0) - 15.0) - 1.8;
+  const at::Tensor on = members.to(probs.device());
+  const at::Tensor block = n == probs.size(0) ? probs : probs.index_select(0, on).index_select(1, on);
+  const at::Tensor tm = at::matmul(block, (1.0 / (1.0 + (centres / d0).square())).to(probs.device()))
+                            .to(at::kCPU, at::kDouble);  // [n, n]
+  const at::Tensor mean = (tm * block_pairs).sum(1) / per_row.clamp_min(1);
+  return at::where((per_row > 0) & (rows > 0), mean, -1.0).max().item<double>();
 }
 
 }  // namespace
@@ -37,24 +45,25 @@ at::Tensor expected_error(const at::Tensor& logits, double max) {
   return at::matmul(p, error_bin_centres(logits.size(-1), max, p.options()));
 }
 
-TmScores tm_scores(const at::Tensor& pae_logits, const at::Tensor& token_mask, const at::Tensor& asym_id,
-                   int64_t chains, double max) {
+TmScores tm_scores(const at::Tensor& pae_logits, const at::Tensor& token_mask, const at::Tensor& frame_mask,
+                   const at::Tensor& asym_id, int64_t chains, double max) {
   MF_CHECK(pae_logits.dim() == 3 && token_mask.dim() == 1 && asym_id.dim() == 1, "tm_scores: one structure at a time");
-  const at::Tensor probs = at::softmax(pae_logits.to(at::kCPU, at::kDouble), -1);
-  const at::Tensor centres = error_bin_centres(probs.size(-1), max, probs.options());
+  const at::Tensor probs = at::softmax(pae_logits.to(at::kFloat), -1);
+  const at::Tensor centres = error_bin_centres(probs.size(-1), max, at::TensorOptions().dtype(at::kDouble)).to(at::kFloat);
   const at::Tensor real = token_mask.to(at::kCPU) > 0;
+  const at::Tensor framed = real & (frame_mask.to(at::kCPU) > 0);
   const at::Tensor asym = asym_id.to(at::kCPU);
   const at::Tensor other_chain = asym.unsqueeze(1) != asym.unsqueeze(0);
   const at::Tensor every = at::ones_like(other_chain);
   TmScores s;
-  s.ptm = tm_score(probs, centres, real, every);
-  s.iptm = tm_score(probs, centres, real, other_chain);
+  s.ptm = tm_score(probs, centres, real, framed, every);
+  s.iptm = tm_score(probs, centres, real, framed, other_chain);
   s.chain_pair_iptm = at::full({chains, chains}, kNaN, at::kDouble);
   for (int64_t c = 0; c < chains; ++c)
     for (int64_t d = c; d < chains; ++d) {
       const at::Tensor in = real & ((asym == c) | (asym == d));
       if (!(real & (asym == c)).any().item<bool>() || !(real & (asym == d)).any().item<bool>()) continue;
-      const double v = tm_score(probs, centres, in, c == d ? every : other_chain);
+      const double v = tm_score(probs, centres, in, framed, c == d ? every : other_chain);
       s.chain_pair_iptm[c][d] = v;
       s.chain_pair_iptm[d][c] = v;
     }
@@ -67,28 +76,18 @@ bool has_clash(const at::Tensor& coords, const at::Tensor& atom_mask, const at::
   const at::Tensor chain = atom_chain.to(at::kCPU).index({present});
   const int64_t A = x.size(0);
   if (A == 0 || chains < 2) return false;
-  const at::Tensor one_hot = at::one_hot(chain, chains).to(at::kDouble);  // [A, C]
-  at::Tensor pairs = at::zeros({chains, chains}, at::kDouble);    // clashing atom pairs, chain by chain
-  at::Tensor atoms_in = at::zeros({chains, chains}, at::kDouble);  // atoms of c in a clash with d
+  at::Tensor clashing = at::zeros({A}, at::kBool);
   // Rows in blocks: the distances of a block of atoms against every atom at a time.
   constexpr int64_t kBlock = 256;
   for (int64_t r0 = 0; r0 < A; r0 += kBlock) {
     const int64_t rows = std::min(kBlock, A - r0);
     const at::Tensor d2 = (x.narrow(0, r0, rows).unsqueeze(1) - x.unsqueeze(0)).square().sum(-1);
-    const at::Tensor hit = ((d2 < 1.1f * 1.1f) & (chain.narrow(0, r0, rows).unsqueeze(1) != chain.unsqueeze(0)))
-                               .to(at::kDouble);                         // [rows, A]
-    const at::Tensor with = at::matmul(hit, one_hot);                   // [rows, C] partners per chain
-    const at::Tensor mine = one_hot.narrow(0, r0, rows).t();            // [C, rows]
-    pairs += at::matmul(mine, with);
-    atoms_in += at::matmul(mine, (with > 0).to(at::kDouble));
+    const at::Tensor hit = (d2 < 1.1f * 1.1f) & (chain.narrow(0, r0, rows).unsqueeze(1) != chain.unsqueeze(0));
+    clashing.narrow(0, r0, rows).copy_(hit.any(1));
   }
-  const at::Tensor atoms = one_hot.sum(0);
-  for (int64_t c = 0; c < chains; ++c)
-    for (int64_t d = c + 1; d < chains; ++d)
-      if (pairs[c][d].item<double>() > 100 || atoms_in[c][d].item<double>() > 0.5 * atoms[c].item<double>() ||
-          atoms_in[d][c].item<double>() > 0.5 * atoms[d].item<double>())
-        return true;
-  return false;
+  const at::Tensor atoms = at::bincount(chain, {}, chains);
+  const at::Tensor clashes = at::bincount(chain.index({clashing}), {}, chains);
+  return ((clashes > 100) | (clashes.to(at::kDouble) > 0.5 * atoms.to(at::kDouble))).any().item<bool>();
 }
 
 double ranking_score(const TmScores& tm, bool clash) {

@@ -116,7 +116,10 @@ Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& ou
   const int64_t chains = batch.asym_id.max().item<int64_t>() + 1;
   const at::Tensor per_example = p.coords.view({B, samples, A, 3});
   const at::Tensor atom_chain = batch.asym_id.to(at::kCPU).repeat_interleave(data::kMaxAtomsPerToken, 1);
-  const at::Tensor atom_present = (batch.ref.mask * batch.token_mask.unsqueeze(-1)).to(at::kCPU).reshape({B, A});
+  // The clash check sees polymer atoms only (AF3 leaves ligands and ions out).
+  const at::Tensor polymer = (batch.mol_type != static_cast<int64_t>(data::MolType::kLigand)).to(batch.ref.mask.dtype());
+  const at::Tensor atom_present =
+      (batch.ref.mask * (batch.token_mask * polymer).unsqueeze(-1)).to(at::kCPU).reshape({B, A});
   std::vector<at::Tensor> plddt, pae, pde;
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   p.ptm = at::empty({B, samples}, f64), p.iptm = at::empty({B, samples}, f64);
@@ -131,7 +134,7 @@ Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& ou
     pae.push_back(expected_error(logits.pae, cfg_.confidence.error_max));
     pde.push_back(expected_error(logits.pde, cfg_.confidence.error_max));
     for (int64_t b = 0; b < B; ++b) {
-      const TmScores tm = tm_scores(logits.pae[b], batch.token_mask[b], batch.asym_id[b], chains,
+      const TmScores tm = tm_scores(logits.pae[b], batch.token_mask[b], batch.frame_mask[b], batch.asym_id[b], chains,
                                     cfg_.confidence.error_max);
       const bool clash = has_clash(x[b], atom_present[b], atom_chain[b], chains);
       p.ptm[b][k] = tm.ptm, p.iptm[b][k] = tm.iptm, p.has_clash[b][k] = clash;

@@ -31,7 +31,7 @@ struct Chain {
 std::vector<int64_t> permute_example(const at::Tensor& pred, const at::Tensor& gt, const std::vector<uint8_t>& ok,
                                      const std::vector<int64_t>& asym, const std::vector<int64_t>& entity,
                                      const std::vector<int64_t>& restype, const std::vector<int64_t>& residue,
-                                     const std::vector<uint8_t>& real) {
+                                     const std::vector<uint8_t>& real, const std::vector<uint8_t>& ligand) {
   const int64_t N = static_cast<int64_t>(asym.size());
   std::vector<int64_t> identity(N);
   std::iota(identity.begin(), identity.end(), 0);
@@ -58,18 +58,22 @@ std::vector<int64_t> permute_example(const at::Tensor& pred, const at::Tensor& g
       cls->push_back(id);
   }
   if (std::all_of(classes.begin(), classes.end(), [](const auto& c) { return c.size() < 2; })) return identity;
-  // The anchor: fewest copies, then most resolved centres.
+  // The anchor: a polymer chain if any qualifies (a ligand's few atoms are a poor reference for
+  // placing the rest), of the class with the fewest copies, then the most resolved centres.
   int64_t anchor = -1;
   size_t anchor_class = 0;
-  for (size_t c = 0; c < classes.size(); ++c)
-    for (const int64_t id : classes[c]) {
-      if (chains.at(id).resolved < 3) continue;
-      if (anchor < 0 || classes[c].size() < classes[anchor_class].size() ||
-          (classes[c].size() == classes[anchor_class].size() && chains.at(id).resolved > chains.at(anchor).resolved)) {
-        anchor = id;
-        anchor_class = c;
+  for (const bool polymers : {true, false}) {
+    for (size_t c = 0; c < classes.size(); ++c)
+      for (const int64_t id : classes[c]) {
+        if (chains.at(id).resolved < 3 || ligand[chains.at(id).rows[0]] == polymers) continue;
+        if (anchor < 0 || classes[c].size() < classes[anchor_class].size() ||
+            (classes[c].size() == classes[anchor_class].size() && chains.at(id).resolved > chains.at(anchor).resolved)) {
+          anchor = id;
+          anchor_class = c;
+        }
       }
-    }
+    if (anchor >= 0) break;
+  }
   if (anchor < 0) return identity;
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   const at::Tensor pred_c = pred.contiguous();
@@ -149,11 +153,12 @@ at::Tensor chain_permutation(const at::Tensor& x_pred, const data::Batch& batch)
   const at::Tensor ok = (centre_ok > 0).to(at::kByte), real = (batch.token_mask.to(at::kCPU) > 0).to(at::kByte);
   const at::Tensor asym = batch.asym_id.to(at::kCPU), entity = batch.entity_id.to(at::kCPU);
   const at::Tensor restype = batch.restype.to(at::kCPU), residue = batch.residue_index.to(at::kCPU);
+  const at::Tensor ligand = (batch.mol_type.to(at::kCPU) == static_cast<int64_t>(data::MolType::kLigand)).to(at::kByte);
   std::vector<at::Tensor> perms;
   for (int64_t b = 0; b < B; ++b)
     perms.push_back(at::tensor(permute_example(pred[b], gt[b], row<uint8_t>(ok, b), row<int64_t>(asym, b),
                                                row<int64_t>(entity, b), row<int64_t>(restype, b),
-                                               row<int64_t>(residue, b), row<uint8_t>(real, b)),
+                                               row<int64_t>(residue, b), row<uint8_t>(real, b), row<uint8_t>(ligand, b)),
                                at::kLong));
   return at::stack(perms);
 }
@@ -207,6 +212,7 @@ data::Batch permute_chains(const at::Tensor& x_pred, const data::Batch& batch) {
   out.atom_mask = rows(batch.atom_mask);
   out.rep_coords = rows(batch.rep_coords);
   out.rep_mask = rows(batch.rep_mask);
+  out.centre_mask = rows(batch.centre_mask);  // whether the centre atom is resolved: ground truth too
   return out;
 }
 

@@ -6,8 +6,9 @@
 // Interchangeable: chains of one entity whose tokens in the batch are the same residues, row by
 // row (restype and residue_index; a crop that kept different parts of two copies leaves them
 // apart). Per example, on token centre atoms (CA, C1', a ligand's atoms):
-//   1. anchor: a ground-truth chain of the class with the fewest copies (a chain without copies
-//      if there is one), the one with the most resolved centres (at least 3);
+//   1. anchor: a ground-truth polymer chain (a ligand only when no polymer chain qualifies) of the
+//      class with the fewest copies (a chain without copies if there is one), the one with the
+//      most resolved centres (at least 3);
 //   2. for every predicted chain the anchor could be, superpose the whole ground truth by the
 //      anchor onto it, then let every other predicted chain, in order, take the unassigned copy
 //      of its class whose superposed centroid is nearest;
@@ -31,7 +32,7 @@ at::Tensor chain_permutation(const at::Tensor& x_pred, const data::Batch& batch)
 // atom_coords and atom_mask swapped within the residues whose swapped naming fits better.
 data::Batch rename_symmetric_atoms(const at::Tensor& x_pred, const data::Batch& batch);
 
-// The batch with its ground truth (atom_coords, atom_mask, rep_coords, rep_mask) permuted by
+// The batch with its ground truth (atom_coords, atom_mask, rep_coords, rep_mask, centre_mask) permuted by
 // chain_permutation(x_pred, batch), then its symmetric atoms renamed (rename_symmetric_atoms);
 // every other field is the batch's.
 data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch);

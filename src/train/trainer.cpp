@@ -444,6 +444,14 @@ void Run::initialise_from(const std::string& path) {
       (ema ? ema_->shadow()[k] : params_[k]).copy_(loaded[k].value());
     }
   }
+  // Buffers too: the diffusion module's random Fourier features are part of the model.
+  const auto from = host->named_buffers(), to = model_->named_buffers();
+  MF_CHECK(from.size() == to.size(), "--init ", path, ": ", from.size(), " buffers, this model has ", to.size());
+  for (size_t k = 0; k < to.size(); ++k) {
+    MF_CHECK(from[k].value().sizes() == to[k].value().sizes(), "--init ", path, ": buffer ", from[k].key(), " is ",
+             from[k].value().sizes(), " there and ", to[k].value().sizes(), " in this run's model");
+    to[k].value().copy_(from[k].value());
+  }
 }
 
 StepOutcome Run::step(const data::Batch& batch, int64_t step, double lr, Progress& progress) {

@@ -9,7 +9,7 @@ namespace megafold::train {
 struct TrainOptions {
   std::string out_dir;
   bool resume = false;  // continue from the newest checkpoint in out_dir/checkpoints
-  // A new run's starting weights and their EMA: a checkpoint of a run whose model has the same
+  // A new run's starting weights, their EMA and the model's buffers: a checkpoint of a run whose model has the same
   // shapes (AF3's training stages: each fine-tuning stage starts from the stage before); the
   // optimiser, step count and data stream start afresh. Ignored when resuming a started run.
   std::string init;

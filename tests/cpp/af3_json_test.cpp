@@ -47,7 +47,7 @@ bool has_bond(const Entry& e, int i, int j, int slot_i, int slot_j) {
 TEST(Af3Json, ReadsEveryEntityKind) {
   const Af3Input in = load_af3_json(kFixture, &ccd());
   const Entry& e = in.entry;
-  EXPECT_EQ(e.name, "complex_of_every_kind__1");
+  EXPECT_EQ(e.name, "complex_of_every_kind_1");
   EXPECT_EQ(in.seeds, (std::vector<int64_t>{7, 11}));
   // G (a SMILES) needs RDKit; without it the chain is skipped with a warning saying so.
   bool smiles = false;

@@ -153,16 +153,16 @@ def test_predict_alphafold3_json(megafold_bin, source_dir, checkpoint, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "modelSeeds: sampling with the first seed (7) only" in r.stderr
     assert "pairedMsa" not in r.stderr  # given empty: nothing unused to report
-    summary = json.loads((out / "complex_of_every_kind__1_summary.json").read_text())
+    summary = json.loads((out / "complex_of_every_kind_1_summary.json").read_text())
     assert summary["seed"] == 7
     assert [c["id"] for c in summary["chains"]][:6] == ["A", "B", "C", "D", "E", "F"]
-    atoms = atom_site(out / "complex_of_every_kind__1_sample_0.cif")
+    atoms = atom_site(out / "complex_of_every_kind_1_sample_0.cif")
     assert {a["label_comp_id"] for a in atoms if a["auth_asym_id"] == "A"} >= {"SEP", "MET"}
     assert any(a["label_comp_id"] == "NAG" for a in atoms)
     again = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", job, "--out", tmp_path / "again",
                 "--samples", "1", "--seed", "11")
     assert again.returncode == 0 and "modelSeeds" not in again.stderr
-    assert json.loads((tmp_path / "again/complex_of_every_kind__1_summary.json").read_text())["seed"] == 11
+    assert json.loads((tmp_path / "again/complex_of_every_kind_1_summary.json").read_text())["seed"] == 11
 
 
 def test_eval_scores_a_directory_and_skips_bad_files(megafold_bin, source_dir, checkpoint, tmp_path):
