@@ -193,7 +193,7 @@ class Reader {
     Msa msa = unpaired_msa(body, kind.mol, types, numbers, where);
     for (const char* unused : {"pairedMsa", "pairedMsaPath"})
       if (body.contains(unused) && !body[unused].is_null() && !(body[unused].is_string() && body[unused].get<std::string>().empty()))
-        warn(where + "." + unused + " is not used: paired MSAs are not implemented yet (the unpaired MSA is)");
+        warn(where + "." + unused + " is not used: rows are paired by species from the unpaired MSAs' headers");
     if (body.contains("templates") && body["templates"].is_array() && !body["templates"].empty())
       warn(where + ".templates are not used: there is no template module yet");
     for (const std::string& id : chain_ids) {

@@ -7,8 +7,8 @@
 // unpairedMsaPath, relative to the JSON file) and ligand (ccdCodes, several for a multi-residue
 // ligand such as a glycan, or smiles); bondedAtomPairs ([chain id, 1-based residue, atom name]
 // pairs). Modified residues become per-atom tokens linked to their neighbours, as in structure
-// files. Not used yet, each with a warning when given: pairedMsa / pairedMsaPath (no paired MSAs
-// yet), templates (no template module yet), userCCD / userCCDPath (the CCD table only).
+// files. Not used yet, each with a warning when given: pairedMsa / pairedMsaPath (rows are
+// paired by species from the unpaired MSAs instead), templates (no template module yet), userCCD / userCCDPath (the CCD table only).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -179,6 +179,8 @@ std::string encode_entry(const Entry& e) {
     w.put<int64_t>(m.length);
     w.put(m.tokens);
     w.put(m.deletions);
+    w.put<uint8_t>(m.species.empty() ? 0 : 1);
+    if (!m.species.empty()) w.put(m.species);
     w.put<uint8_t>(m.profile.empty() ? 0 : 1);
     if (!m.profile.empty()) {
       w.put(m.profile);
@@ -272,6 +274,7 @@ Entry decode_entry(const unsigned char* data, size_t size, const std::string& or
     m.length = r.get<int64_t>();
     m.tokens = r.vec<int8_t>(m.depth * m.length);
     m.deletions = r.vec<uint8_t>(m.depth * m.length);
+    if (r.get<uint8_t>() != 0) m.species = r.vec<uint64_t>(m.depth);
     if (r.get<uint8_t>() != 0) {
       m.profile = r.vec<float>(m.length * kNumTokenTypes);
       m.deletion_mean = r.vec<float>(m.length);

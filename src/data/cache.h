@@ -25,7 +25,7 @@
 
 namespace megafold::data {
 
-inline constexpr uint32_t kCacheVersion = 3;  // 2: MSA profiles; 3: all molecule types
+inline constexpr uint32_t kCacheVersion = 4;  // 2: MSA profiles; 3: all molecule types; 4: MSA row species
 
 // Serialises an entry (deterministic: the same entry gives the same bytes).
 std::string encode_entry(const Entry& e);

@@ -20,7 +20,24 @@ struct Row {
   std::vector<uint8_t> deletions;
   int pending = 0;  // insertions since the last aligned column
   int first_line = 0;
+  uint64_t species = 0;
 };
+
+uint64_t species_key(std::string_view kind, std::string_view value) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const std::string_view part : {kind, std::string_view(":"), value})
+    for (const char c : part) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h == 0 ? 1 : h;
+}
+
+// The digits after `tag` in `header` ("OX=9606 ..." -> "9606"); empty if absent.
+std::string_view number_after(std::string_view header, std::string_view tag) {
+  const size_t at = header.find(tag);
+  if (at == std::string_view::npos) return {};
+  size_t end = at + tag.size();
+  while (end < header.size() && header[end] >= '0' && header[end] <= '9') ++end;
+  return header.substr(at + tag.size(), end - at - tag.size());
+}
 
 }  // namespace
 
@@ -36,6 +53,25 @@ int a3m_token(char c, MolType mol) {
 }
 
 }  // namespace
+
+uint64_t species_of_header(std::string_view header) {
+  if (!header.empty() && header[0] == '>') header.remove_prefix(1);
+  for (const std::string_view tag : {std::string_view("OX="), std::string_view("TaxID=")})
+    if (const std::string_view id = number_after(header, tag); !id.empty()) return species_key("taxid", id);
+  std::string_view name = header.substr(0, header.find_first_of(" \t"));
+  if (const size_t bar = name.rfind('|'); bar != std::string_view::npos) name = name.substr(bar + 1);
+  const size_t underscore = name.rfind('_');
+  if (underscore == std::string_view::npos || underscore == 0) return 0;
+  // An entry name is upper-case letters and digits, its species code 3-5 of them with a letter
+  // (HUMAN, PIG, 9BACT); PDB ids (101m_A) and numbered names (seq_1) are not.
+  const std::string_view entry = name.substr(0, underscore), mnemonic = name.substr(underscore + 1);
+  auto upper = [](std::string_view x) {
+    return std::all_of(x.begin(), x.end(), [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); });
+  };
+  const bool code = mnemonic.size() >= 3 && mnemonic.size() <= 5 && upper(mnemonic) && upper(entry) &&
+                    std::any_of(mnemonic.begin(), mnemonic.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+  return code ? species_key("mnemonic", mnemonic) : 0;
+}
 
 Msa parse_a3m(std::string_view text, const std::string& origin, MolType mol) {
   std::vector<Row> rows;
@@ -63,6 +99,7 @@ Msa parse_a3m(std::string_view text, const std::string& origin, MolType mol) {
       close(where);
       rows.emplace_back();
       rows.back().first_line = line_no;
+      rows.back().species = rows.size() == 1 ? 0 : species_of_header(line);  // the query pairs with nothing
       in_record = true;
       continue;
     }
@@ -92,6 +129,7 @@ Msa parse_a3m(std::string_view text, const std::string& origin, MolType mol) {
   for (const Row& r : rows) {
     m.tokens.insert(m.tokens.end(), r.tokens.begin(), r.tokens.end());
     m.deletions.insert(m.deletions.end(), r.deletions.begin(), r.deletions.end());
+    m.species.push_back(r.species);
   }
   return m;
 }
@@ -141,6 +179,7 @@ Msa msa_columns(const Msa& msa, const std::vector<int64_t>& columns) {
   Msa out;
   out.depth = msa.depth;
   out.length = n;
+  out.species = msa.species;
   out.tokens.resize(msa.depth * n);
   out.deletions.resize(msa.depth * n);
   for (int64_t s = 0; s < msa.depth; ++s)

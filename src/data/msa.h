@@ -24,7 +24,17 @@ struct Msa {
   // cache, so the loader never recomputes them per sample; empty where not computed.
   std::vector<float> profile;        // [length, kNumTokenTypes]
   std::vector<float> deletion_mean;  // [length]
+  // [depth] or empty: each row's species from its header (species_of_header), 0 where unknown
+  // (the query, headers without one). Rows of one species in the MSAs of different chains are
+  // paired across the complex (msa_features.h).
+  std::vector<uint64_t> species;
 };
+
+// The species an a3m header names, as a nonzero key, or 0: UniProt's OX=<taxid>, UniRef's
+// TaxID=<taxid>, else the species code of a UniProt entry name (HBA_HUMAN, A0A0X_9BACT: 3-5
+// upper-case letters and digits after the last '_' of the last '|' field of the header's first
+// word), as AF-Multimer pairs by. Different conventions give different keys.
+uint64_t species_of_header(std::string_view header);
 
 // Parses a3m text of a chain of type `mol` (protein: one-letter amino-acid codes, X B Z J U O
 // as UNK; RNA: A C G U, T read as U, any other letter as N); `origin` names the source in errors

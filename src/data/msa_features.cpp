@@ -1,7 +1,12 @@
 #include "data/msa_features.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
 #include <random>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "core/check.h"
@@ -28,16 +33,58 @@ EntryMsa entry_msa(const Entry& e, const std::vector<int32_t>& tokens, const Msa
   };
   const std::vector<int64_t> column = chain_columns(e);
 
-  // Every row but the queries, as (chain, row), then a partial Fisher-Yates draw of the kept ones.
-  std::vector<std::pair<int32_t, int32_t>> extra;
+  // Paired rows (AF3 SI 2.3, as AF-Multimer pairs): a species found in the MSAs of chains of at
+  // least two entities gives one row holding, for each chain with that species, its first
+  // (best-ranked) row of it. Species in the order of the mean rank of their rows, then the
+  // best rank (then their keys, so the order never depends on a container's).
+  std::vector<int32_t> entity_of(e.n_chains(), -1);
+  for (int i = 0; i < e.n_tokens(); ++i)
+    if (entity_of[e.asym_id[i]] < 0) entity_of[e.asym_id[i]] = e.entity_id[i];
+  std::map<uint64_t, std::map<int32_t, int32_t>> first_row;  // species -> chain -> row
+  for (int c = 0; c < e.n_chains(); ++c)
+    if (const Msa* m = msa_of(c); m && static_cast<int64_t>(m->species.size()) == m->depth)
+      for (int32_t r = 1; r < m->depth; ++r)
+        if (const uint64_t sp = m->species[r]; sp != 0) first_row[sp].emplace(c, r);
+  struct Pair {
+    double mean_rank;
+    int32_t best_rank;
+    uint64_t species;
+    std::map<int32_t, int32_t> rows;  // chain -> row
+  };
+  std::vector<Pair> paired;
+  std::set<std::pair<int32_t, int32_t>> in_pairs;
+  for (const auto& [sp, rows] : first_row) {
+    std::set<int32_t> entities;
+    int32_t best = std::numeric_limits<int32_t>::max();
+    double sum = 0;
+    for (const auto& [c, r] : rows) entities.insert(entity_of[c]), best = std::min(best, r), sum += r;
+    if (entities.size() < 2) continue;
+    paired.push_back({sum / static_cast<double>(rows.size()), best, sp, rows});
+    for (const auto& cr : rows) in_pairs.insert(cr);
+  }
+  std::sort(paired.begin(), paired.end(), [](const Pair& a, const Pair& b) {
+    return std::tie(a.mean_rank, a.best_rank, a.species) < std::tie(b.mean_rank, b.best_rank, b.species);
+  });
+
+  // The rows to draw from: the paired rows first, then every other row but the queries as
+  // (chain, row); a partial Fisher-Yates draw of the kept ones, kept in this order.
+  struct Unit {
+    int32_t paired = -1;       // index into `paired`, or -1
+    int32_t chain = 0, row = 0;
+  };
+  std::vector<Unit> units;
+  for (size_t k = 0; k < paired.size(); ++k) units.push_back({static_cast<int32_t>(k), 0, 0});
   for (int c = 0; c < e.n_chains(); ++c)
     if (const Msa* m = msa_of(c))
-      for (int32_t r = 1; r < m->depth; ++r) extra.emplace_back(c, r);
-  const size_t keep = std::min<size_t>(static_cast<size_t>(sampling.max_rows - 1), extra.size());
+      for (int32_t r = 1; r < m->depth; ++r)
+        if (!in_pairs.count({c, r})) units.push_back({-1, c, r});
+  std::vector<size_t> order(units.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t keep = std::min<size_t>(static_cast<size_t>(sampling.max_rows - 1), units.size());
   std::mt19937_64 rng(sampling.seed);
-  for (size_t i = 0; i < keep; ++i) std::swap(extra[i], extra[i + rng() % (extra.size() - i)]);
-  extra.resize(keep);
-  std::sort(extra.begin(), extra.end());
+  for (size_t i = 0; i < keep; ++i) std::swap(order[i], order[i + rng() % (order.size() - i)]);
+  order.resize(keep);
+  std::sort(order.begin(), order.end());
 
   const int64_t n = static_cast<int64_t>(tokens.size());
   EntryMsa out;
@@ -50,11 +97,18 @@ EntryMsa entry_msa(const Entry& e, const std::vector<int32_t>& tokens, const Msa
     out.tokens[i] = e.restype[t];
   }
   for (int64_t k = 1; k < out.rows; ++k) {
-    const auto [c, r] = extra[k - 1];
-    const Msa& m = *msa_of(c);
+    const Unit& u = units[order[k - 1]];
     for (int64_t i = 0; i < n; ++i) {
-      const int32_t t = tokens[i];
-      if (e.asym_id[t] != c) continue;
+      const int32_t t = tokens[i], c = e.asym_id[t];
+      int32_t r = -1;
+      if (u.paired >= 0) {
+        const auto& rows = paired[u.paired].rows;
+        if (const auto it = rows.find(c); it != rows.end()) r = it->second;
+      } else if (u.chain == c) {
+        r = u.row;
+      }
+      if (r < 0) continue;  // a gap in this row
+      const Msa& m = *msa_of(c);
       const int64_t at = static_cast<int64_t>(r) * m.length + column[t];
       out.tokens[k * n + i] = m.tokens[at];
       out.deletions[k * n + i] = m.deletions[at];

@@ -1,9 +1,11 @@
 #pragma once
-// Per-entry MSA features for a batch (AF3 SI Sec. 2.8, Table 5), unpaired: row 0 is the query
-// over all chains; every other row belongs to one chain's MSA and holds gaps in the columns of
-// the other chains (chains are not paired across the complex). The rows the model sees are a
-// random subset, a pure function of a seed, so the loader's MSA subsampling is reproducible for
-// any number of workers and after a resume.
+// Per-entry MSA features for a batch (AF3 SI Sec. 2.3 and 2.8, Table 5): row 0 is the query over
+// all chains; then the paired rows, each holding for every chain whose MSA has the row's species
+// (Msa::species, from the a3m headers) its best-ranked row of that species, for species found in
+// chains of at least two entities; then the unpaired rows, each one chain's row with gaps in the
+// columns of the other chains. The rows the model sees are a random subset, in that order, a
+// pure function of a seed, so the loader's MSA subsampling is reproducible for any number of
+// workers and after a resume; without paired rows the draw is the unpaired one alone.
 #include <cstdint>
 #include <vector>
 

@@ -70,6 +70,68 @@ TEST(MsaFeatures, UnpairedRowsSitInTheirChainsColumns) {
   EXPECT_FLOAT_EQ(m.deletion_mean[3], 1.5f);
 }
 
+TEST(MsaFeatures, SpeciesComeFromUniProtAndUniRefHeaders) {
+  using data::species_of_header;
+  const uint64_t human = species_of_header(">tr|A0A024R161|A0A024R161_HUMAN Guanine OS=Homo sapiens OX=9606 GN=DNAJC25");
+  EXPECT_NE(human, 0u);
+  EXPECT_EQ(species_of_header(">sp|P69905|HBA_HUMAN Hemoglobin OX=9606"), human);
+  EXPECT_EQ(species_of_header(">UniRef100_P69905 Hemoglobin n=1 Tax=Homo sapiens TaxID=9606 RepID=HBA_HUMAN"), human);
+  EXPECT_NE(species_of_header(">sp|P01942|HBA_MOUSE Hemoglobin OX=10090"), human);
+  // Entry-name mnemonics where no taxonomy id is given (a key of their own).
+  const uint64_t bact = species_of_header(">tr|A0A0X1|A0A0X1_9BACT some protein");
+  EXPECT_NE(bact, 0u);
+  EXPECT_EQ(species_of_header(">A0A0X2_9BACT"), bact);
+  EXPECT_NE(species_of_header(">P12345_HUMAN"), human);  // a mnemonic is not a taxonomy id
+  for (const char* none : {">query", ">101m_A mol:protein length:154", ">seq_1", ">x OX=", ">UniRef90_X1 n=2"})
+    EXPECT_EQ(species_of_header(none), 0u) << none;
+}
+
+// Hand-made a3m files of two different chains: rows of the same species pair up in one row
+// (best-ranked first), the rest stay unpaired after them, the query pairs with nothing.
+TEST(MsaFeatures, RowsOfOneSpeciesArePairedAcrossChains) {
+  Entry e = two_chains();
+  const Msa a = data::parse_a3m(">query\nACD\n>tr|X1|X1_MOUSE OX=10090\nACE\n>tr|X2|X2_HUMAN OX=9606\nAGD\n"
+                                ">tr|X3|X3_YEAST OX=4932\nVCD\n>tr|X4|X4_HUMAN OX=9606\nWCD\n",
+                                "a.a3m");
+  const Msa b = data::parse_a3m(">query\nEF\n>tr|Y1|Y1_HUMAN OX=9606\nEY\n>tr|Y2|Y2_ECOLI OX=562\nQF\n"
+                                ">tr|Y3|Y3_MOUSE OX=10090\nEH\n",
+                                "b.a3m");
+  e.restype = {a.tokens[0], a.tokens[1], a.tokens[2], b.tokens[0], b.tokens[1]};
+  e.msas = {a, b};
+  const EntryMsa m = data::entry_msa(e, all_tokens(e), {100, 3});
+  // query; paired HUMAN (A row 2, B row 1: mean rank 1.5) then MOUSE (A row 1, B row 3: 2);
+  // unpaired: A's YEAST (3), A's second HUMAN (4), B's ECOLI (2).
+  ASSERT_EQ(m.rows, 1 + 2 + 3);
+  const int8_t G = data::kGapToken;
+  auto row_of = [&](const Msa& msa, int r, int len) {
+    return std::vector<int8_t>(msa.tokens.begin() + r * len, msa.tokens.begin() + (r + 1) * len);
+  };
+  auto row = [&](int k) { return std::vector<int8_t>(m.tokens.begin() + k * 5, m.tokens.begin() + (k + 1) * 5); };
+  auto cat = [](std::vector<int8_t> x, const std::vector<int8_t>& y) {
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  };
+  EXPECT_EQ(row(1), cat(row_of(a, 2, 3), row_of(b, 1, 2)));
+  EXPECT_EQ(row(2), cat(row_of(a, 1, 3), row_of(b, 3, 2)));
+  EXPECT_EQ(row(3), cat(row_of(a, 3, 3), {G, G}));
+  EXPECT_EQ(row(4), cat(row_of(a, 4, 3), {G, G}));
+  EXPECT_EQ(row(5), cat({G, G, G}, row_of(b, 2, 2)));
+  // Subsampled, a pair stays a pair: every kept row is whole.
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const EntryMsa few = data::entry_msa(e, all_tokens(e), {3, seed});
+    ASSERT_EQ(few.rows, 3);
+    for (int k = 1; k < 3; ++k) {
+      const std::vector<int8_t> r(few.tokens.begin() + k * 5, few.tokens.begin() + (k + 1) * 5);
+      bool found = false;
+      for (int j = 1; j < m.rows; ++j) found = found || r == row(j);
+      EXPECT_TRUE(found) << "seed " << seed << " row " << k;
+    }
+  }
+  // Copies of one entity do not pair with each other.
+  e.entity_id = {1, 1, 1, 1, 1};
+  EXPECT_EQ(data::entry_msa(e, all_tokens(e), {100, 3}).rows, 1 + 4 + 3);
+}
+
 TEST(MsaFeatures, ChainsWithoutMsaAreSingleSequence) {
   const Entry e = two_chains(false);
   const EntryMsa m = data::entry_msa(e, all_tokens(e), {100, 0});
