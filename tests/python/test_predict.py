@@ -79,11 +79,17 @@ def test_predict_structure_keeps_chains_numbering_and_writes_plddt(megafold_bin,
     assert json.loads((tmp_path / "self.json").read_text())["entries"] == 2
 
 
-def test_predict_fasta(megafold_bin, checkpoint, tmp_path):
-    fasta = tmp_path / "pair.fasta"
-    fasta.write_text(">one\nMKTAYIAKQR\n>two\nGSHM\n")
+def predict_fasta(megafold_bin, checkpoint, tmp_path, name, records, *options):
+    """Writes `records` to <tmp>/<name>.fasta and predicts one sample into <tmp>/out."""
+    fasta = tmp_path / f"{name}.fasta"
+    fasta.write_text(records)
     out = tmp_path / "out"
-    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--samples", "1")
+    return run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--samples", "1",
+               *options), out
+
+
+def test_predict_fasta(megafold_bin, checkpoint, tmp_path):
+    r, out = predict_fasta(megafold_bin, checkpoint, tmp_path, "pair", ">one\nMKTAYIAKQR\n>two\nGSHM\n")
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "pair_summary.json").read_text())
     assert [c["id"] for c in summary["chains"]] == ["A", "B"]
@@ -94,30 +100,24 @@ def test_predict_fasta(megafold_bin, checkpoint, tmp_path):
 
 
 def test_predict_reads_msas_for_its_chains(megafold_bin, checkpoint, tmp_path):
-    fasta = tmp_path / "pair.fasta"
-    fasta.write_text(">one\nMKTAYIAKQR\n>two\nGSHM\n")
     msas = tmp_path / "msas"
     msas.mkdir()
     (msas / "pair_A.a3m").write_text(">query\nMKTAYIAKQR\n>hit\nMKTAYLAKQR\n>hit2\nMKSAYIAK--\n")
     (msas / "pair_B.a3m").write_text(">query\nGSHW\n>hit\nGSHM\n")  # not chain B's sequence
-    out = tmp_path / "out"
-    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--samples", "1",
-            "--msa", msas)
+    records = ">one\nMKTAYIAKQR\n>two\nGSHM\n"
+    r, _ = predict_fasta(megafold_bin, checkpoint, tmp_path, "pair", records, "--msa", msas)
     assert r.returncode == 0, r.stderr
     assert "chain A: MSA of 3 rows" in r.stdout
     assert "MSA not used" in r.stderr and "pair_B.a3m" in r.stderr
-    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--msa",
-            tmp_path / "none")
+    r, _ = predict_fasta(megafold_bin, checkpoint, tmp_path, "pair", records, "--msa", tmp_path / "none")
     assert r.returncode == 1 and "--msa" in r.stderr and "not a directory" in r.stderr
 
 
 def test_predict_fasta_with_dna_and_ligands(megafold_bin, checkpoint, tmp_path):
     # A model trained on proteins alone still takes every molecule type: DNA by its letters,
     # ligands by CCD code (ATP: 31 heavy atoms, MG: 1), each written as its own chain.
-    fasta = tmp_path / "complex.fasta"
-    fasta.write_text(">A|protein\nMKTAYIAKQR\n>B|dna\nACGTN\n>C|ccd\nATP MG\n")
-    out = tmp_path / "out"
-    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", fasta, "--out", out, "--samples", "1")
+    r, out = predict_fasta(megafold_bin, checkpoint, tmp_path, "complex",
+                           ">A|protein\nMKTAYIAKQR\n>B|dna\nACGTN\n>C|ccd\nATP MG\n")
     assert r.returncode == 0, r.stderr
     chains = json.loads((out / "complex_summary.json").read_text())["chains"]
     assert [(c["label_asym_id"], c["molecule"], c["residues"]) for c in chains] == [
