@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -268,8 +269,131 @@ data::Batch rename_symmetric_atoms(const at::Tensor& x_pred, const data::Batch& 
   return out;
 }
 
+namespace {
+
+// Automorphisms of a small labelled graph (labels [n], adjacency [n][n]) by backtracking over
+// the atoms in breadth-first order, each mapped to an unused atom of its label whose bonds to
+// the atoms mapped so far agree; at most `cap` of them, the identity first.
+std::vector<std::vector<int>> automorphisms(const std::vector<int64_t>& label, const std::vector<std::vector<uint8_t>>& bond,
+                                            int cap) {
+  const int n = static_cast<int>(label.size());
+  std::vector<int> order, seen(n, 0);
+  for (int root = 0; root < n; ++root) {
+    if (seen[root]) continue;
+    seen[root] = 1;
+    order.push_back(root);
+    for (size_t k = order.size() - 1; k < order.size(); ++k)
+      for (int j = 0; j < n; ++j)
+        if (bond[order[k]][j] && !seen[j]) seen[j] = 1, order.push_back(j);
+  }
+  std::vector<std::vector<int>> found;
+  std::vector<int> image(n, -1), used(n, 0);
+  std::function<void(int)> extend = [&](int depth) {
+    if (static_cast<int>(found.size()) >= cap) return;
+    if (depth == n) {
+      found.push_back(image);
+      return;
+    }
+    const int a = order[depth];
+    for (int b = 0; b < n; ++b) {
+      if (used[b] || label[b] != label[a]) continue;
+      bool fits = true;
+      for (int d = 0; d < depth && fits; ++d) fits = bond[a][order[d]] == bond[b][image[order[d]]];
+      if (!fits) continue;
+      image[a] = b, used[b] = 1;
+      extend(depth + 1);
+      image[a] = -1, used[b] = 0;
+    }
+  };
+  extend(0);
+  return found;
+}
+
+}  // namespace
+
+data::Batch permute_ligand_atoms(const at::Tensor& x_pred, const data::Batch& batch) {
+  at::NoGradGuard no_grad;
+  const int64_t B = batch.size(), N = batch.n_tokens(), A = N * kMaxAtomsPerToken;
+  const at::Tensor pred = x_pred.detach().to(at::kCPU, at::kDouble).reshape({B, A, 3});
+  const at::Tensor gt = batch.atom_coords.to(at::kCPU, at::kDouble).reshape({B, A, 3});
+  const at::Tensor mask = (batch.atom_mask.to(at::kCPU) * batch.token_mask.to(at::kCPU).unsqueeze(-1)).reshape({B, A}) > 0;
+  const at::Tensor mol_t = batch.mol_type.to(at::kCPU).contiguous(), uid_t = batch.ref.space_uid.to(at::kCPU).contiguous();
+  const at::Tensor element_t = batch.ref.element.to(at::kCPU).select(2, 0).contiguous();
+  const at::Tensor bonds_t = batch.token_bonds.to(at::kCPU).contiguous();
+  const at::Tensor real_t = (batch.token_mask.to(at::kCPU) > 0).contiguous();
+  const auto mol = mol_t.accessor<int64_t, 2>(), uid = uid_t.accessor<int64_t, 2>();
+  const auto element = element_t.accessor<int64_t, 2>();
+  const auto bonds = bonds_t.accessor<uint8_t, 3>();
+  const auto real = real_t.accessor<bool, 2>();
+  at::Tensor source = at::arange(N, at::kLong).repeat({B, 1});  // ground-truth token for each row
+  bool any = false;
+  for (int64_t b = 0; b < B; ++b) {
+    // Ligand residues: per-atom ligand tokens sharing a reference conformer.
+    std::map<int64_t, std::vector<int64_t>> residues;
+    for (int64_t i = 0; i < N; ++i)
+      if (real[b][i] && mol[b][i] == static_cast<int64_t>(data::MolType::kLigand)) residues[uid[b][i]].push_back(i);
+    for (const auto& [u, rows] : residues) {
+      const int n = static_cast<int>(rows.size());
+      if (n < 2) continue;
+      std::vector<int64_t> label(n);
+      std::vector<std::vector<uint8_t>> bond(n, std::vector<uint8_t>(n, 0));
+      for (int x = 0; x < n; ++x) {
+        label[x] = element[b][rows[x]];
+        for (int y = 0; y < n; ++y) bond[x][y] = bonds[b][rows[x]][rows[y]];
+      }
+      const std::vector<std::vector<int>> autos = automorphisms(label, bond, kMaxAutomorphisms);
+      if (autos.size() < 2) continue;
+      // Atom slots 0 of the residue's tokens; as the reference, every other resolved atom within
+      // 15 A of the ligand in the ground truth (lDDT's radius: the pocket).
+      const at::Tensor own = at::tensor(rows, at::kLong) * kMaxAtomsPerToken;
+      at::Tensor others = mask[b].clone();
+      others.index_fill_(0, own, false);
+      auto distances = [](const at::Tensor& x, const at::Tensor& y) {
+        return (x.unsqueeze(1) - y.unsqueeze(0)).square().sum(-1).sqrt();
+      };
+      const at::Tensor p_own = pred[b].index_select(0, own), g_own = gt[b].index_select(0, own);
+      const at::Tensor own_ok = mask[b].index_select(0, own).to(at::kDouble);
+      const at::Tensor candidates = others.nonzero().squeeze(1);
+      const at::Tensor d_gt_all = distances(g_own, gt[b].index_select(0, candidates));
+      const at::Tensor near = (d_gt_all + 1e9 * (1 - own_ok).unsqueeze(1)).amin(0) < 15.0;
+      const at::Tensor ref = candidates.index({near});
+      const at::Tensor d_pred_in = distances(p_own, p_own), d_gt_in = distances(g_own, g_own);
+      const at::Tensor d_pred_out = distances(p_own, pred[b].index_select(0, ref));
+      const at::Tensor d_gt_out = d_gt_all.index({at::indexing::Slice(), near});
+      double best = std::numeric_limits<double>::infinity();
+      size_t pick = 0;
+      for (size_t k = 0; k < autos.size(); ++k) {
+        // Row x of the prediction against ground-truth atom autos[k][x]; pairs where both are resolved.
+        const at::Tensor map = at::tensor(std::vector<int64_t>(autos[k].begin(), autos[k].end()), at::kLong);
+        const at::Tensor ok = own_ok.index_select(0, map);
+        const at::Tensor in = (d_pred_in - d_gt_in.index_select(0, map).index_select(1, map)).abs() *
+                              ok.unsqueeze(1) * ok.unsqueeze(0);
+        const at::Tensor out = (d_pred_out - d_gt_out.index_select(0, map)).abs() * ok.unsqueeze(1);
+        const double err = in.sum().item<double>() + out.sum().item<double>();
+        if (err < best - 1e-9) best = err, pick = k;  // ties keep the earlier (the identity first)
+      }
+      if (pick == 0) continue;
+      for (int x = 0; x < n; ++x) source[b][rows[x]] = rows[autos[pick][x]];
+      any = true;
+    }
+  }
+  if (!any) return batch;
+  data::Batch out = batch;
+  auto rows_of = [&](const at::Tensor& x) {
+    const at::Tensor s = source.to(x.device());
+    std::vector<at::Tensor> examples;
+    for (int64_t b = 0; b < B; ++b) examples.push_back(x[b].index_select(0, s[b]));
+    return at::stack(examples);
+  };
+  out.atom_coords = rows_of(batch.atom_coords);
+  out.atom_mask = rows_of(batch.atom_mask);
+  out.rep_coords = rows_of(batch.rep_coords);
+  out.rep_mask = rows_of(batch.rep_mask);
+  return out;
+}
+
 data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch) {
-  return rename_symmetric_atoms(x_pred, permute_chains(x_pred, batch));
+  return permute_ligand_atoms(x_pred, rename_symmetric_atoms(x_pred, permute_chains(x_pred, batch)));
 }
 
 }  // namespace megafold::model

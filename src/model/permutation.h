@@ -15,8 +15,10 @@
 //   3. keep the assignment with the lowest RMSD over all resolved centres.
 // Then symmetric atoms within residues (AF2's renaming swaps: ASP OD1/OD2, GLU OE1/OE2, PHE and
 // TYR CD1/CD2 with CE1/CE2): a residue takes its swapped naming where that brings the distances
-// from its symmetric atoms to every other resolved atom closer to the predicted ones. Symmetric
-// atoms of ligands are not permuted yet.
+// from its symmetric atoms to every other resolved atom closer to the predicted ones. Last, the
+// atoms of each ligand residue: among the automorphisms of its bond graph (element and bonds
+// kept; at most kMaxAutomorphisms enumerated), the one whose distances (within the ligand and
+// to every other resolved atom) come closest to the predicted ones.
 #include <ATen/core/Tensor.h>
 
 #include "data/features.h"
@@ -32,9 +34,17 @@ at::Tensor chain_permutation(const at::Tensor& x_pred, const data::Batch& batch)
 // atom_coords and atom_mask swapped within the residues whose swapped naming fits better.
 data::Batch rename_symmetric_atoms(const at::Tensor& x_pred, const data::Batch& batch);
 
+// The most automorphisms of one ligand's bond graph that are compared (AF3 caps them too):
+// enough for every phosphate, carboxylate and ring flip of a drug-like molecule.
+inline constexpr int kMaxAutomorphisms = 1000;
+
+// The batch's ground truth with each ligand residue's atoms permuted by the automorphism of its
+// bond graph (Batch::token_bonds, ref.element) that fits x_pred best (see above).
+data::Batch permute_ligand_atoms(const at::Tensor& x_pred, const data::Batch& batch);
+
 // The batch with its ground truth (atom_coords, atom_mask, rep_coords, rep_mask, centre_mask) permuted by
-// chain_permutation(x_pred, batch), then its symmetric atoms renamed (rename_symmetric_atoms);
-// every other field is the batch's.
+// chain_permutation(x_pred, batch), then its symmetric atoms renamed (rename_symmetric_atoms,
+// permute_ligand_atoms); every other field is the batch's.
 data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch);
 
 }  // namespace megafold::model

@@ -140,5 +140,34 @@ TEST(Permutation, SymmetricSideChainAtomsFollowThePrediction) {
   EXPECT_TRUE(at::equal(same.atom_coords, b.atom_coords));
 }
 
+// 1qz5: actin with ATP. A prediction that exchanged ATP's gamma-phosphate oxygens O1G/O2G and
+// the beta ones O1B/O2B: the ground truth follows (automorphisms of ATP's bond graph); the
+// other ligands (a 67-atom toxin, a calcium) and the protein stay as they are.
+TEST(Permutation, SymmetricLigandAtomsFollowThePrediction) {
+  const data::Entry e = data::load_entry(kData + "/1qz5.cif.gz");
+  const data::Batch b = data::make_batch({&e}, {{}}, 0);
+  const int64_t N = b.n_tokens();
+  std::map<std::string, int64_t> row;  // ATP atom name -> token row
+  for (int64_t i = 0; i < N; ++i) {
+    const int t = b.token_index[0][i].item<int64_t>();
+    if (e.per_atom(t) && e.residue_code(t) == "ATP") row[std::string(e.token_atoms[t].atom_name())] = i;
+  }
+  ASSERT_EQ(row.size(), 31u);
+  at::Tensor pred = b.atom_coords.clone();
+  at::Tensor order = at::arange(N, at::kLong);
+  for (const auto& [x, y] : {std::pair<const char*, const char*>{"O1G", "O2G"}, {"O1B", "O2B"}}) {
+    pred[0][row[x]] = b.atom_coords[0][row[y]];
+    pred[0][row[y]] = b.atom_coords[0][row[x]];
+    order[row[x]] = row[y];
+    order[row[y]] = row[x];
+  }
+  const data::Batch matched = permute_ligand_atoms(pred.reshape({1, -1, 3}), b);
+  EXPECT_TRUE(at::equal(matched.atom_coords, b.atom_coords.index_select(1, order)));
+  EXPECT_TRUE(at::equal(matched.atom_mask, b.atom_mask.index_select(1, order)));
+  EXPECT_TRUE(at::equal(permute_ligand_atoms(b.atom_coords.reshape({1, -1, 3}), b).atom_coords, b.atom_coords));
+  // The whole pipeline scores the renamed prediction as perfect.
+  EXPECT_NEAR(score_structures(pred.reshape({1, -1, 3}), b).lddt_all[0].item<float>(), 1.0, 1e-5);
+}
+
 }  // namespace
 }  // namespace megafold::model
