@@ -52,7 +52,8 @@ int eval_main(const std::vector<std::string>& argv) {
     std::cout << usage("eval",
                        "Sample structures for every entry of a directory and score them against the deposited "
                        "coordinates: lDDT-CA (CA/C1') and all-atom lDDT per entry and on average, all-atom lDDT "
-                       "per molecule type (protein, rna, dna, ligand), ligand RMSD after superposing the pocket "
+                       "per molecule type (protein, rna, dna, ligand; pairs within 30 A of nucleotide atoms, 15 A "
+                       "of the others), ligand RMSD after superposing the pocket "
                        "(polymer CA/C1' within 10 A of the ligand) and the fraction of ligands below 2 A, plus "
                        "mean pLDDT with a confidence head. Prints a table and writes JSON. Unreadable files are "
                        "skipped with a warning and listed in the JSON.",

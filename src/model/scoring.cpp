@@ -95,7 +95,9 @@ StructureScores score_in_order(const at::Tensor& pred, const data::Batch& batch)
   const auto [index, kmask] = resolved_first(mask);
   const at::Tensor kp = take_rows(p, index), kgt = take_rows(gt, index);
   const at::Tensor ktoken = at::floor_divide(index, kMaxAtomsPerToken);
-  const Lddt per = per_atom_lddt(kp, kgt, kmask, ktoken, kp, kgt, kmask, ktoken);
+  // AF3's inclusion radius: 30 A around nucleotide atoms, 15 A around the others.
+  const at::Tensor kradius = take_rows(rows(atom_lddt_radius(batch.mol_type.to(p.device()))).to(at::kDouble), index);
+  const Lddt per = per_atom_lddt(kp, kgt, kmask, ktoken, kp, kgt, kmask, ktoken, kradius);
   const at::Tensor kept = per.score.to(at::kDouble) * per.pairs;  // [R, K]
   out.lddt_all = (kept.sum(1) / per.pairs.sum(1).clamp_min(1)).to(at::kFloat);
   const at::Tensor kmol = rows(batch.mol_type.to(p.device())).gather(1, ktoken);  // [R, K]

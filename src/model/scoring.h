@@ -9,7 +9,8 @@ namespace megafold::model {
 
 struct StructureScores {
   at::Tensor lddt_ca;   // [R] lDDT over the polymer tokens' C-alpha / C1' atoms (pairs of different tokens)
-  at::Tensor lddt_all;  // [R] lDDT over all resolved heavy atoms (pairs of different tokens)
+  at::Tensor lddt_all;  // [R] lDDT over all resolved heavy atoms (pairs of different tokens; AF3's
+                        // inclusion radius: 30 A around nucleotide atoms, 15 A around the others)
   // [R, kNumMolTypes] lDDT of the pairs (l, m) whose first atom l is of each molecule type
   // (protein, RNA, DNA, ligand) against every other resolved atom: the part of lddt_all that
   // concerns that type; NaN for a type the example does not have.

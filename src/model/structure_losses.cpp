@@ -267,7 +267,8 @@ struct Side {
 
 // Pairs (l, m) that lDDT scores and, for each, how many of the thresholds 0.5, 1, 2, 4 A
 // |d_pred - d_ref| stays under: both [B, L, M] double.
-std::pair<at::Tensor, at::Tensor> lddt_pairs(const Side& l, const Side& m, double radius) {
+// radius: a scalar, or [B, L] per atom l.
+std::pair<at::Tensor, at::Tensor> lddt_pairs(const Side& l, const Side& m, const at::Tensor& radius) {
   check_coords("lddt: pred", l.pred, l.mask);
   check_coords("lddt: ref", l.ref, l.mask);
   check_coords("lddt: reference-set pred", m.pred, m.mask);
@@ -278,8 +279,8 @@ std::pair<at::Tensor, at::Tensor> lddt_pairs(const Side& l, const Side& m, doubl
   const at::Tensor d_ref = cross_distances(dbl(l.ref), dbl(m.ref));
   const at::Tensor delta = (cross_distances(dbl(l.pred), dbl(m.pred)) - d_ref).abs();
   const at::Tensor other_residue = l.residue.unsqueeze(2) != m.residue.unsqueeze(1);
-  const at::Tensor scored = dbl(l.mask).unsqueeze(2) * dbl(m.mask).unsqueeze(1) *
-                            (other_residue & (d_ref < radius)).to(at::kDouble);
+  const at::Tensor within = d_ref < (radius.dim() == 0 ? radius : radius.unsqueeze(2)).to(d_ref.device(), at::kDouble);
+  const at::Tensor scored = dbl(l.mask).unsqueeze(2) * dbl(m.mask).unsqueeze(1) * (other_residue & within).to(at::kDouble);
   at::Tensor kept = at::zeros_like(delta);
   for (const double t : {0.5, 1.0, 2.0, 4.0}) kept += (delta < t).to(at::kDouble);
   return {scored, kept};
@@ -291,7 +292,7 @@ Lddt lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask,
           double radius) {
   c10::AutoGradMode no_grad(false);
   const Side all{pred, ref, mask, residue};
-  const auto [scored, kept] = lddt_pairs(all, all, radius);
+  const auto [scored, kept] = lddt_pairs(all, all, at::scalar_tensor(radius, at::kDouble));
   const at::Tensor pairs = scored.sum({1, 2});
   const at::Tensor score = (scored * kept).sum({1, 2}) / (4 * pairs.clamp_min(1));
   return {score.to(pred.scalar_type()), pairs};
@@ -300,7 +301,16 @@ Lddt lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask,
 Lddt per_atom_lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
                    const at::Tensor& set_pred, const at::Tensor& set_ref, const at::Tensor& set_mask,
                    const at::Tensor& set_residue, double radius) {
+  return per_atom_lddt(pred, ref, mask, residue, set_pred, set_ref, set_mask, set_residue,
+                       at::scalar_tensor(radius, at::kDouble));
+}
+
+Lddt per_atom_lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
+                   const at::Tensor& set_pred, const at::Tensor& set_ref, const at::Tensor& set_mask,
+                   const at::Tensor& set_residue, const at::Tensor& radius) {
   c10::AutoGradMode no_grad(false);
+  MF_CHECK(radius.dim() == 0 || radius.sizes() == mask.sizes(), "per_atom_lddt: radius must be a scalar or of the "
+           "mask's shape ", mask.sizes(), ", got ", radius.sizes());
   const auto [scored, kept] =
       lddt_pairs({pred, ref, mask, residue}, {set_pred, set_ref, set_mask, set_residue}, radius);
   const at::Tensor pairs = scored.sum(2);

@@ -59,5 +59,9 @@ Lddt lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask,
 Lddt per_atom_lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
                    const at::Tensor& set_pred, const at::Tensor& set_ref, const at::Tensor& set_mask,
                    const at::Tensor& set_residue, double radius = 15.0);
+// The same with a radius per atom l, [B, A] (atom_lddt_radius: 30 A for nucleotide atoms).
+Lddt per_atom_lddt(const at::Tensor& pred, const at::Tensor& ref, const at::Tensor& mask, const at::Tensor& residue,
+                   const at::Tensor& set_pred, const at::Tensor& set_ref, const at::Tensor& set_mask,
+                   const at::Tensor& set_residue, const at::Tensor& radius);
 
 }  // namespace megafold::model

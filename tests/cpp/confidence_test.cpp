@@ -39,6 +39,12 @@ TEST(PerAtomLddt, HandComputedCase) {
                                   at::ones({1, 3}, at::kDouble), at::zeros({1, 3}, i64));
   EXPECT_EQ(self.pairs.item<double>(), 0.0);
   EXPECT_EQ(self.score.item<double>(), 0.0);
+  // A nucleotide atom's 30 A radius takes the 20 A partner in too (exact there): (1 + 0.5 + 1) / 3.
+  const Lddt wide = per_atom_lddt(pred, ref, at::ones({1, 1}, at::kDouble), at::zeros({1, 1}, i64), set_pred, set_ref,
+                                  at::ones({1, 3}, at::kDouble), at::arange(1, 4, i64).view({1, 3}),
+                                  at::full({1, 1}, 30.0, at::kDouble));
+  EXPECT_EQ(wide.pairs.item<double>(), 3.0);
+  EXPECT_NEAR(wide.score.item<double>(), 2.5 / 3.0, 1e-12);
 }
 
 TEST(Plddt, ExpectedValueOfTheBins) {
