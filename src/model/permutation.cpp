@@ -197,16 +197,19 @@ const at::Tensor& swap_table() {
   return table;
 }
 
-// The ground truth's token rows permuted by chain_permutation.
-data::Batch permute_chains(const at::Tensor& x_pred, const data::Batch& batch) {
-  const at::Tensor perm = chain_permutation(x_pred, batch);
-  const int64_t N = batch.n_tokens();
-  if (at::equal(perm, at::arange(N, perm.options()).expand_as(perm))) return batch;
+// Distances between the rows of x [L, 3] and y [M, 3] -> [L, M].
+at::Tensor distances(const at::Tensor& x, const at::Tensor& y) {
+  return (x.unsqueeze(1) - y.unsqueeze(0)).square().sum(-1).sqrt();
+}
+
+// The batch with its ground-truth token rows taken from rows source [B, N] (row i of example b
+// reads row source[b][i]); every other field is the batch's.
+data::Batch with_truth_rows(const data::Batch& batch, const at::Tensor& source) {
   data::Batch out = batch;
   auto rows = [&](const at::Tensor& x) {
-    const at::Tensor p = perm.to(x.device());
+    const at::Tensor s = source.to(x.device());
     std::vector<at::Tensor> examples;
-    for (int64_t b = 0; b < batch.size(); ++b) examples.push_back(x[b].index_select(0, p[b]));
+    for (int64_t b = 0; b < batch.size(); ++b) examples.push_back(x[b].index_select(0, s[b]));
     return at::stack(examples);
   };
   out.atom_coords = rows(batch.atom_coords);
@@ -215,6 +218,14 @@ data::Batch permute_chains(const at::Tensor& x_pred, const data::Batch& batch) {
   out.rep_mask = rows(batch.rep_mask);
   out.centre_mask = rows(batch.centre_mask);  // whether the centre atom is resolved: ground truth too
   return out;
+}
+
+// The ground truth's token rows permuted by chain_permutation.
+data::Batch permute_chains(const at::Tensor& x_pred, const data::Batch& batch) {
+  const at::Tensor perm = chain_permutation(x_pred, batch);
+  const int64_t N = batch.n_tokens();
+  if (at::equal(perm, at::arange(N, perm.options()).expand_as(perm))) return batch;
+  return with_truth_rows(batch, perm);
 }
 
 }  // namespace
@@ -241,9 +252,6 @@ data::Batch rename_symmetric_atoms(const at::Tensor& x_pred, const data::Batch& 
     if (amb.numel() == 0) continue;
     const at::Tensor ref = (mask[b] & ~symmetric[b]).nonzero().squeeze(1);
     if (ref.numel() == 0) continue;
-    auto distances = [](const at::Tensor& x, const at::Tensor& y) {
-      return (x.unsqueeze(1) - y.unsqueeze(0)).square().sum(-1).sqrt();
-    };
     const at::Tensor p_ref = pred[b].index_select(0, ref), g_ref = gt[b].index_select(0, ref);
     at::Tensor err = at::zeros({N}, at::kDouble), err_alt = at::zeros({N}, at::kDouble);
     constexpr int64_t kChunk = 256;  // symmetric atoms at a time: [chunk, atoms] distances
@@ -348,9 +356,6 @@ data::Batch permute_ligand_atoms(const at::Tensor& x_pred, const data::Batch& ba
       const at::Tensor own = at::tensor(rows, at::kLong) * kMaxAtomsPerToken;
       at::Tensor others = mask[b].clone();
       others.index_fill_(0, own, false);
-      auto distances = [](const at::Tensor& x, const at::Tensor& y) {
-        return (x.unsqueeze(1) - y.unsqueeze(0)).square().sum(-1).sqrt();
-      };
       const at::Tensor p_own = pred[b].index_select(0, own), g_own = gt[b].index_select(0, own);
       const at::Tensor own_ok = mask[b].index_select(0, own).to(at::kDouble);
       const at::Tensor candidates = others.nonzero().squeeze(1);
@@ -377,19 +382,8 @@ data::Batch permute_ligand_atoms(const at::Tensor& x_pred, const data::Batch& ba
       any = true;
     }
   }
-  if (!any) return batch;
-  data::Batch out = batch;
-  auto rows_of = [&](const at::Tensor& x) {
-    const at::Tensor s = source.to(x.device());
-    std::vector<at::Tensor> examples;
-    for (int64_t b = 0; b < B; ++b) examples.push_back(x[b].index_select(0, s[b]));
-    return at::stack(examples);
-  };
-  out.atom_coords = rows_of(batch.atom_coords);
-  out.atom_mask = rows_of(batch.atom_mask);
-  out.rep_coords = rows_of(batch.rep_coords);
-  out.rep_mask = rows_of(batch.rep_mask);
-  return out;
+  // Within one ligand residue: centre_mask (polymer centres only) is zero on every row moved.
+  return any ? with_truth_rows(batch, source) : batch;
 }
 
 data::Batch permute_ground_truth(const at::Tensor& x_pred, const data::Batch& batch) {
