@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "cli/args.h"
-#include "core/check.h"
 #include "data/ccd.h"
 #include "data/structure.h"
 #include "infer/predictor.h"

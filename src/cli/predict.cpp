@@ -35,37 +35,47 @@ int residue_count(const data::Entry& e, int asym) {
 // Rounded for the JSON files (AF3 writes two decimals).
 double round2(double x) { return std::round(x * 100.0) / 100.0; }
 
-// AF3's <name>_confidences.json of sample k: per written atom its chain and pLDDT, per token its
-// chain and residue number, and the PAE and contact-probability matrices over tokens.
-nlohmann::json sample_confidences(const data::Entry& e, const std::vector<uint8_t>& written,
-                                  const infer::PredictedEntry& r, int64_t k) {
-  const int N = e.n_tokens();
+// A square [N, N] float tensor as rows of two-decimal numbers.
+std::vector<std::vector<double>> rounded_matrix(const at::Tensor& m) {
+  const at::Tensor c = m.contiguous();
+  const int64_t N = c.size(0);
+  const float* v = c.data_ptr<float>();
+  std::vector<std::vector<double>> rows(N, std::vector<double>(N));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < N; ++j) rows[i][j] = round2(v[i * N + j]);
+  return rows;
+}
+
+// What AF3's <name>_confidences.json holds alike for every sample: each written atom's chain,
+// each token's chain and residue number, and the contact probabilities over tokens.
+nlohmann::json shared_confidences(const data::Entry& e, const std::vector<uint8_t>& written,
+                                  const infer::PredictedEntry& r) {
   // The input's chain ids (an AF3 job's or FASTA's) where they name each chain once; else (a
   // structure's ligands share their polymer's author chain) the label ids of the mmCIF.
   const std::set<std::string> distinct(e.chain_ids.begin(), e.chain_ids.end());
   const bool own_ids = static_cast<int>(distinct.size()) == e.n_chains();
   std::vector<std::string> atom_chains, token_chains;
-  std::vector<double> atom_plddts;
   std::vector<int> token_res_ids;
-  for (int i = 0; i < N; ++i) {
+  for (int i = 0; i < e.n_tokens(); ++i) {
     token_chains.push_back(own_ids ? e.chain_ids[e.asym_id[i]] : data::chain_label(e.asym_id[i]));
     token_res_ids.push_back(e.residue_index[i]);
     for (int a = 0; a < data::kMaxAtomsPerToken; ++a)
-      if (written[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a]) {
-        atom_chains.push_back(token_chains.back());
-        atom_plddts.push_back(round2(r.plddt[k][i * data::kMaxAtomsPerToken + a].item<double>()));
-      }
+      if (written[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a]) atom_chains.push_back(token_chains.back());
   }
-  auto matrix = [&](const at::Tensor& m) {
-    const at::Tensor c = m.contiguous();
-    const float* v = c.data_ptr<float>();
-    std::vector<std::vector<double>> rows(N, std::vector<double>(N));
-    for (int i = 0; i < N; ++i)
-      for (int j = 0; j < N; ++j) rows[i][j] = round2(v[static_cast<size_t>(i) * N + j]);
-    return rows;
-  };
-  return {{"atom_chain_ids", atom_chains}, {"atom_plddts", atom_plddts},   {"contact_probs", matrix(r.contact_probs)},
-          {"pae", matrix(r.pae[k])},       {"token_chain_ids", token_chains}, {"token_res_ids", token_res_ids}};
+  return {{"atom_chain_ids", atom_chains}, {"contact_probs", rounded_matrix(r.contact_probs)},
+          {"token_chain_ids", token_chains}, {"token_res_ids", token_res_ids}};
+}
+
+// Sample k's <name>_confidences.json: the shared part, its atoms' pLDDT (the B-factors written,
+// per atom slot) and its PAE matrix.
+nlohmann::json sample_confidences(nlohmann::json shared, const std::vector<uint8_t>& written,
+                                  const std::vector<float>& plddt, const at::Tensor& pae) {
+  std::vector<double> atom_plddts;
+  for (size_t d = 0; d < written.size(); ++d)
+    if (written[d]) atom_plddts.push_back(round2(plddt[d]));
+  shared["atom_plddts"] = atom_plddts;
+  shared["pae"] = rounded_matrix(pae);
+  return shared;
 }
 
 // AF3's <name>_summary_confidences.json of sample k (no fraction_disordered: the ranking score
@@ -165,12 +175,13 @@ int predict_main(const std::vector<std::string>& argv) {
     chains.push_back({{"id", entry.chain_ids[c]}, {"label_asym_id", data::chain_label(c)},
                       {"molecule", data::mol_type_name(entry.chain_mol_type(c))},
                       {"residues", residue_count(entry, c)}, {"sequence", entry.sequence(c)}});
+  const nlohmann::json shared = r.pae.defined() ? shared_confidences(entry, predicted.atom_mask, r) : nlohmann::json();
   for (int64_t k = 0; k < samples; ++k) {
     const at::Tensor xyz = r.coords[k].contiguous();
     const std::vector<float> coords(xyz.data_ptr<float>(), xyz.data_ptr<float>() + A * 3);
     std::vector<float> b_factors;
     nlohmann::json row;
-    const std::string file = entry.name + "_sample_" + std::to_string(k) + ".cif";
+    const std::string stem = entry.name + "_sample_" + std::to_string(k), file = stem + ".cif";
     row["file"] = file;
     if (r.plddt.defined()) {
       const at::Tensor pl = r.plddt[k].contiguous();
@@ -182,8 +193,7 @@ int predict_main(const std::vector<std::string>& argv) {
       row["lddt_all_atom"] = r.lddt_all[k];
     }
     if (r.pae.defined()) {
-      const std::string stem = entry.name + "_sample_" + std::to_string(k);
-      const nlohmann::json confidences = sample_confidences(entry, predicted.atom_mask, r, k);
+      const nlohmann::json confidences = sample_confidences(shared, predicted.atom_mask, b_factors, r.pae[k]);
       write_file_atomically((std::filesystem::path(out) / (stem + "_confidences.json")).string(),
                             confidences.dump() + "\n");
       const nlohmann::json scores = summary_confidences(r, k);

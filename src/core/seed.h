@@ -25,4 +25,14 @@ inline uint32_t fnv1a32(std::string_view s) {
   return h;
 }
 
+// The 64-bit FNV-1a of s.
+inline uint64_t fnv1a64(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 }  // namespace megafold

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "core/check.h"
 #include "data/msa.h"

@@ -139,7 +139,6 @@ std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, 
     taken[s0] = true;
     for (int32_t k = s0; k < end; ++k) keep.push_back(k);
   }
-  std::sort(keep.begin(), keep.end());
   // Every unit is larger than the crop: the nearest tokens, cutting that residue (a crop size
   // below a ligand's atom count is the one case where a ligand is split).
   if (keep.empty())

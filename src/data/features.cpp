@@ -107,7 +107,10 @@ void token_frames(const std::vector<const Entry*>& entries, const std::vector<st
   auto uid = out.ref.space_uid.accessor<int64_t, 2>();
   auto distance2 = [&](int64_t b, int64_t i, int64_t j) {
     double d = 0;
-    for (int x = 0; x < 3; ++x) d += std::pow(double(pos[b][i][0][x]) - pos[b][j][0][x], 2);
+    for (int x = 0; x < 3; ++x) {
+      const double t = double(pos[b][i][0][x]) - pos[b][j][0][x];
+      d += t * t;
+    }
     return d;
   };
   for (int64_t b = 0; b < B; ++b) {
@@ -122,15 +125,21 @@ void token_frames(const std::vector<const Entry*>& entries, const std::vector<st
         has[b][i] = 1.f;
         continue;
       }
-      // The two nearest atoms of the same conformer, ties to the lower row.
+      // The two nearest atoms of the same conformer (one run of rows: batch_reference_features
+      // numbers a per-atom residue's consecutive tokens alike), ties to the lower row.
+      int64_t lo = i, hi = i;
+      while (lo > 0 && uid[b][lo - 1] == uid[b][i]) --lo;
+      while (hi + 1 < n && uid[b][hi + 1] == uid[b][i]) ++hi;
       int64_t first = -1, second = -1;
-      for (int64_t j = 0; j < n; ++j) {
-        if (j == i || uid[b][j] != uid[b][i]) continue;
-        if (first < 0 || distance2(b, i, j) < distance2(b, i, first)) {
-          second = first;
-          first = j;
-        } else if (second < 0 || distance2(b, i, j) < distance2(b, i, second)) {
-          second = j;
+      double d_first = 0, d_second = 0;
+      for (int64_t j = lo; j <= hi; ++j) {
+        if (j == i) continue;
+        const double d = distance2(b, i, j);
+        if (first < 0 || d < d_first) {
+          second = first, d_second = d_first;
+          first = j, d_first = d;
+        } else if (second < 0 || d < d_second) {
+          second = j, d_second = d;
         }
       }
       if (second < 0) continue;
@@ -272,8 +281,10 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   // The compact atom list: every slot a token has (its residue's layout, or slot 0).
   std::vector<std::vector<int32_t>> compact(B);  // per entry: batch row * A + slot -> atom, -1 if none
   int64_t max_atoms = 1;
+  std::vector<std::vector<int32_t>> sels(B);
+  for (int64_t b = 0; b < B; ++b) sels[b] = selections[b].empty() ? all_tokens(*entries[b]) : selections[b];
   for (int64_t b = 0; b < B; ++b) {
-    const std::vector<int32_t> sel = selections[b].empty() ? all_tokens(*entries[b]) : selections[b];
+    const std::vector<int32_t>& sel = sels[b];
     compact[b].assign(sel.size() * A, -1);
     int32_t k = 0;
     for (size_t i = 0; i < sel.size(); ++i) {
@@ -312,11 +323,9 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   out.centre_slot = at::zeros({B, N}, i64);
   out.centre_mask = at::zeros({B, N}, f32);
 
-  std::vector<std::vector<int32_t>> sels(B);
   std::vector<EntryMsa> msas(B);
   int64_t S = 1;
   for (int64_t b = 0; b < B; ++b) {
-    sels[b] = selections[b].empty() ? all_tokens(*entries[b]) : selections[b];
     msas[b] = entry_msa(*entries[b], sels[b], {msa.max_rows, mix_seed(msa.seed, static_cast<uint64_t>(b))});
     S = std::max(S, msas[b].rows);
   }

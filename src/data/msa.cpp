@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/seed.h"
 #include "data/residue_constants.h"
 #include "data/structure.h"
 
@@ -24,9 +25,7 @@ struct Row {
 };
 
 uint64_t species_key(std::string_view kind, std::string_view value) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const std::string_view part : {kind, std::string_view(":"), value})
-    for (const char c : part) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  const uint64_t h = fnv1a64(std::string(kind) + ":" + std::string(value));
   return h == 0 ? 1 : h;
 }
 

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/check.h"
+#include "core/seed.h"
 #include "data/smiles.h"
 
 namespace megafold::data {
@@ -62,9 +63,7 @@ std::optional<std::string> push_component(Entry& e, std::string code, int asym, 
 }
 
 void push_smiles(Entry& e, const std::string& smiles, int asym) {
-  uint64_t seed = 1469598103934665603ull;  // FNV-1a of the SMILES
-  for (const char c : smiles) seed = (seed ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  const SmilesLigand lig = smiles_ligand(smiles, seed);
+  const SmilesLigand lig = smiles_ligand(smiles, fnv1a64(smiles));
   int k = 1;
   std::string code = "LIG";
   while (std::find(e.components.begin(), e.components.end(), code) != e.components.end()) code = "LIG" + std::to_string(++k);

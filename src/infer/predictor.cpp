@@ -78,7 +78,7 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
     const at::Tensor mask = at::tensor(std::vector<float>(m.begin(), m.end()));
     const at::Tensor mean = (r.plddt * mask).sum(1) / mask.sum().clamp_min(1);
     for (int64_t k = 0; k < samples; ++k) r.plddt_mean.push_back(mean[k].item<double>());
-    r.pae = p.pae.to(at::kCPU, at::kFloat), r.pde = p.pde.to(at::kCPU, at::kFloat);
+    r.pae = p.pae.to(at::kCPU, at::kFloat);
     r.ptm = p.ptm, r.iptm = p.iptm, r.chain_pair_iptm = p.chain_pair_iptm;
     r.has_clash = p.has_clash, r.ranking_score = p.ranking_score;
   }

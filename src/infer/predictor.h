@@ -29,10 +29,10 @@ struct PredictedEntry {
                                 // without a confidence head
   std::vector<double> plddt_mean;  // per sample, over the atoms predicted_atom_mask marks; empty
                                    // without a confidence head
-  // With a confidence head (undefined without; CPU): per sample, the expected PAE and PDE [samples,
-  // N, N] Angstrom, pTM, ipTM (NaN with one chain), chain-pair ipTM [samples, C, C], the clash
-  // flag and the ranking score (model/confidence_scores.h).
-  at::Tensor pae, pde, ptm, iptm, chain_pair_iptm, has_clash, ranking_score;
+  // With a confidence head (undefined without; CPU): per sample, the expected PAE [samples, N, N]
+  // Angstrom, pTM, ipTM (NaN with one chain), chain-pair ipTM [samples, C, C], the clash flag and
+  // the ranking score (model/confidence_scores.h).
+  at::Tensor pae, ptm, iptm, chain_pair_iptm, has_clash, ranking_score;
   at::Tensor contact_probs;     // [N, N] P(representative atoms within 8 A), from the distogram
   std::vector<double> lddt_ca;  // per sample, against the entry's coordinates; empty when the
   std::vector<double> lddt_all; // entry has none (FASTA input)

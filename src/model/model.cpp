@@ -120,7 +120,7 @@ Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& ou
   const at::Tensor polymer = (batch.mol_type != static_cast<int64_t>(data::MolType::kLigand)).to(batch.ref.mask.dtype());
   const at::Tensor atom_present =
       (batch.ref.mask * (batch.token_mask * polymer).unsqueeze(-1)).to(at::kCPU).reshape({B, A});
-  std::vector<at::Tensor> plddt, pae, pde;
+  std::vector<at::Tensor> plddt, pae;
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   p.ptm = at::empty({B, samples}, f64), p.iptm = at::empty({B, samples}, f64);
   p.ranking_score = at::empty({B, samples}, f64);
@@ -132,7 +132,6 @@ Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& ou
     const ConfidenceLogits logits = confidence_(batch, out.s_inputs, out.s, out.z, x, 0);
     plddt.push_back(plddt_from_logits(logits.plddt));
     pae.push_back(expected_error(logits.pae, cfg_.confidence.error_max));
-    pde.push_back(expected_error(logits.pde, cfg_.confidence.error_max));
     for (int64_t b = 0; b < B; ++b) {
       const TmScores tm = tm_scores(logits.pae[b], batch.token_mask[b], batch.frame_mask[b], batch.asym_id[b], chains,
                                     cfg_.confidence.error_max);
@@ -144,7 +143,6 @@ Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& ou
   }
   p.plddt = at::stack(plddt, 1).reshape({B * samples, A});
   p.pae = at::stack(pae, 1).reshape({B * samples, N, N});
-  p.pde = at::stack(pde, 1).reshape({B * samples, N, N});
   p.ptm = p.ptm.view({-1}), p.iptm = p.iptm.view({-1}), p.ranking_score = p.ranking_score.view({-1});
   p.has_clash = p.has_clash.view({-1});
   p.chain_pair_iptm = p.chain_pair_iptm.view({B * samples, chains, chains});

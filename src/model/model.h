@@ -42,7 +42,7 @@ struct Prediction {
   at::Tensor contact_probs;    // [B, N, N] P(representative atoms within 8 A), from the distogram
   // Undefined without a confidence head:
   at::Tensor plddt;            // [B * samples, N * kMaxAtomsPerToken] in [0, 100]
-  at::Tensor pae, pde;         // [B * samples, N, N] expected errors, Angstrom
+  at::Tensor pae;              // [B * samples, N, N] expected aligned error, Angstrom
   at::Tensor ptm, iptm;        // [B * samples] double (ipTM NaN with one chain)
   at::Tensor chain_pair_iptm;  // [B * samples, C, C] double (NaN for chains without tokens)
   at::Tensor has_clash;        // [B * samples] bool
