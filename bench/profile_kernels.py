@@ -4,20 +4,32 @@ shapes of bench/triangle_attention.py), from the torch profiler, with each atten
 distance from its two ceilings: tensor-core FLOP/s (989 TFLOP/s dense bf16 on H100/H200) and
 the exponential unit (16 ex2 per clock per SM: 132 SMs x 1.98 GHz = 4.18e12/s).
 Per (row, query, key) each kernel does one exponential and 2*d FLOPs per product:
-forward 2 products (QK^T, PV; tma_wgmma_forward_kernel on sm_90a, forward_kernel elsewhere), dq 3 (QK^T, dO V^T, dS K), dkv 4 (+ P^T dO, dS^T Q), dbias 2.
+forward 2 products (QK^T, PV), dq 3 (QK^T, dO V^T, dS K), dkv 4 (+ P^T dO, dS^T Q), dbias 2.
+The sm_90a kernels (tma_wgmma_*) and the mma.sync ones are named apart.
 
 usage: python3 bench/profile_kernels.py --lib build/src/libmegafold_ops.so [--n 768 1024]
 """
 import argparse
 import collections
+import re
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 H, D, REPS = 4, 32, 10
 TENSOR_PEAK, EXP_PEAK = 989e12, 132 * 16 * 1.98e9
-# Matched by substring in this order (the sm_90a forward first: its name contains the other's).
-PRODUCTS = {"tma_wgmma_forward_kernel": 2, "forward_kernel": 2, "dq_kernel": 3, "dkv_kernel": 4, "dbias_kernel": 2}
+# (pattern, label, products), matched in this order. The sm_90a forward and dQ are one
+# template whose last argument says which.
+PRODUCTS = [
+    (r"tma_wgmma_key_loop_kernel<[^>]*false>", "sm_90a forward", 2),
+    (r"tma_wgmma_key_loop_kernel<[^>]*true>", "sm_90a dQ", 3),
+    (r"tma_wgmma_dkv_kernel", "sm_90a dK/dV", 4),
+    (r"tma_wgmma_dbias_kernel", "sm_90a bias gradient", 2),
+    (r"forward_kernel", "forward", 2),
+    (r"dq_kernel", "dQ", 3),
+    (r"dkv_kernel", "dK/dV", 4),
+    (r"dbias_kernel", "bias gradient", 2),
+]
 
 
 def main():
@@ -52,10 +64,10 @@ def main():
             ts.sort()
             ms = ts[len(ts) // 2]
             total += ms * (len(ts) // REPS)
-            short = next((k for k in PRODUCTS if k in name), None)
-            ceil = ""
-            if short:
-                flops, exps = PRODUCTS[short] * 2 * D * H * n**3, H * n**3
+            match = next(((label, k) for pattern, label, k in PRODUCTS if re.search(pattern, name)), None)
+            short, ceil = (match[0] if match else None), ""
+            if match:
+                flops, exps = match[1] * 2 * D * H * n**3, H * n**3
                 ceil = (f"{flops / ms / 1e9:6.1f} TFLOP/s = {100 * flops / ms / 1e-3 / TENSOR_PEAK:4.1f}% tensor, "
                         f"{100 * exps / ms / 1e-3 / EXP_PEAK:4.1f}% exp")
             print(f"  {ms:8.3f}  x{len(ts) // REPS}  {(short or name)[:60]:60s} {ceil}")

@@ -154,6 +154,10 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
     const at::Tensor d_gate = gate.defined() ? dense_like(o) : at::Tensor();
     const at::Tensor delta = at::empty_like(lse);
     const at::Tensor dq = dense_like(o), dk = dense_like(o), dv = dense_like(o);
+    // The sm_90a dK/dV kernel reads each query's (lse, delta) pair with its tiles.
+    const at::Tensor stats =
+        sm90 ? at::empty({lse.size(0), lse.size(1), lse.size(2), (lse.size(3) + 1) / 2 * 2, 2}, lse.options())
+             : at::Tensor();
     at::Tensor dbias, partial;
     cuda::TriangleAttentionParams p = make_params(q, k, v, bias, mask, gate);
     const at::Tensor bias_rows = sm90 ? use_sm90(p, bias) : at::Tensor();
@@ -162,6 +166,10 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
     p.d_out = d_out.data_ptr();
     p.d_o = d_o.data_ptr();
     p.delta = delta.data_ptr<float>();
+    if (sm90) {
+      p.stats = stats.data_ptr<float>();
+      p.stats_ld = stats.size(3);
+    }
     if (gate.defined()) p.d_gate = d_gate.data_ptr();
     p.dq = dq.data_ptr(), p.dk = dk.data_ptr(), p.dv = dv.data_ptr();
     if (bias.defined()) {

@@ -29,6 +29,7 @@ struct RowIndex {
 //   d_o    = d_out * sigmoid(gate)                       (d_out itself without a gate)
 //   d_gate = d_out * o * sigmoid(gate) * (1 - sigmoid(gate))
 //   delta  = sum_c d_o[c] * o[c], with d_o as stored (rounded to T), as the kernels read it
+//   stats  = (lse, delta) pairs, for the sm_90a backward
 // One thread per kVec-element piece of a row, so a warp reads and writes contiguous vectors
 // (a thread per row, as before, made every access a 2-byte one 64 bytes from its neighbour's:
 // 4.5 ms for 0.75 GB at N = 768). A row's products meet in shared memory and one thread per
@@ -75,7 +76,12 @@ __global__ void __launch_bounds__(kPrologueThreads)
     float delta = 0.f;
     for (int c = 0; c < p.d; ++c) delta += products[threadIdx.x * stride + c];
     const auto [b, r, n, h] = coords(first + threadIdx.x);
-    p.delta[((b * p.R + r) * p.H + h) * p.N + n] = delta;
+    const int64_t row = (b * p.R + r) * p.H + h;
+    p.delta[row * p.N + n] = delta;
+    if (p.stats != nullptr) {
+      p.stats[2 * (row * p.stats_ld + n)] = p.lse[row * p.N + n];
+      p.stats[2 * (row * p.stats_ld + n) + 1] = delta;
+    }
   }
 }
 
@@ -130,10 +136,7 @@ void triangle_attention_backward(const TriangleAttentionParams& p, void* stream)
     case DType::kFloat16: backward_prologue<__half>(p, s); break;
     case DType::kBFloat16: backward_prologue<__nv_bfloat16>(p, s); break;
   }
-  // dK/dV stay on mma.sync on Hopper too: a wgmma version (keys owned, query tiles streamed
-  // in 32-query halves to fit two blocks per SM) measured 2.7-3.0 ms against 2.4 ms at N = 768.
-  if (p.sm90) backward_wgmma(p, stream);
-  backward_mma(p, stream);
+  p.sm90 ? backward_wgmma(p, stream) : backward_mma(p, stream);
 }
 
 }  // namespace megafold::ops::cuda

@@ -4,8 +4,8 @@
 // ending-node variant) are read in place; the last (head-dim) stride of q, k, v and gate is 1.
 //
 // Three kernel sets share this boundary: fp16/bf16 run on tensor cores, through wgmma and TMA
-// on Hopper (triangle_attention_wgmma.cu, the forward at d = 32) and mma.sync on sm_80 and
-// later (triangle_attention_mma.cu); fp32 on CUDA cores (triangle_attention_simt.cu).
+// on Hopper (triangle_attention_wgmma.cu, at d = 32) and mma.sync on sm_80 and later
+// (triangle_attention_mma.cu); fp32 on CUDA cores (triangle_attention_simt.cu).
 #include <cstdint>
 
 #include "ops/kernel_dtype.h"
@@ -43,6 +43,10 @@ struct TriangleAttentionParams {
   const void* d_out;
   void* d_o;
   float* delta;
+  // The sm_90a backward's copy of (lse, delta) per query, [B, R, H, stats_ld, 2] with stats_ld
+  // >= N even (16-byte TMA strides), written by the first pass beside delta; null otherwise.
+  float* stats;
+  int64_t stats_ld;
   // Backward outputs, contiguous: d_gate (null without a gate), dq/dk/dv [B, R, N, H, d],
   // dbias [B, H, N, N] float (null without a bias).
   void* d_gate;
@@ -53,9 +57,8 @@ struct TriangleAttentionParams {
   // Float workspace of dbias_partials(p) * B * H * N * N elements: per-chunk partial sums of
   // the bias gradient over rows, added in chunk order afterwards.
   float* dbias_partial;
-  // Run the sm_90a kernels (see use_sm90): the forward, dQ and the bias gradient (dK/dV stay
-  // on mma.sync). q, k, v, d_o and a bias are then TMA-readable (tma_operand, bias_ld a
-  // multiple of 8).
+  // Run the sm_90a kernels (see use_sm90). q, k, v, d_o and a bias are then TMA-readable
+  // (tma_operand, bias_ld a multiple of 8) and the backward needs stats.
   bool sm90;
 };
 
@@ -84,7 +87,7 @@ void forward_mma(const TriangleAttentionParams& p, void* stream);
 void backward_mma(const TriangleAttentionParams& p, void* stream);
 int64_t dbias_partials_mma(const TriangleAttentionParams& p);
 void forward_wgmma(const TriangleAttentionParams& p, void* stream);
-void backward_wgmma(const TriangleAttentionParams& p, void* stream);  // dQ and the bias gradient
+void backward_wgmma(const TriangleAttentionParams& p, void* stream);
 void forward_simt(const TriangleAttentionParams& p, void* stream);
 void backward_simt(const TriangleAttentionParams& p, void* stream);
 

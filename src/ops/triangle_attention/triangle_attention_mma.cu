@@ -931,14 +931,13 @@ void launch_forward(const TriangleAttentionParams& p, cudaStream_t stream) {
   launch(forward_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vector_width(p));
 }
 
-// With p.sm90 only dK/dV: the sm_90a kernels compute dQ and the bias gradient.
 template <typename T, int D>
 void launch_backward(const TriangleAttentionParams& p, cudaStream_t stream) {
   const int vec = vector_width(p);
   const dim3 grid(grid_size(p.B * p.R * p.H * tiles(p.N, kRows)));
-  if (!p.sm90) launch(dq_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vec);
+  launch(dq_kernel<T, D>, grid, key_loop_smem<T, D>(), stream, p, vec);
   launch(dkv_kernel<T, D>, grid, dkv_smem<T, D>(), stream, p, vec);
-  if (p.dbias == nullptr || p.sm90) return;
+  if (p.dbias == nullptr) return;
   const int64_t chunks = dbias_partials_mma(p);
   const dim3 bias_grid(grid_size(p.B * p.H * chunks * tiles(p.N, kRows) * tiles(p.N, kCols)));
   launch(dbias_kernel<T, D>, bias_grid, dbias_smem<T, D>(), stream, p, vec, chunks);

@@ -1,10 +1,11 @@
-// Triangle attention for Hopper (sm_90a): the forward, dQ and the bias gradient as
-// warp-specialised kernels, wgmma on shared-memory tiles that TMA fills. (dK/dV stay on the
-// mma.sync kernel: see triangle_attention_cuda.cu.)
+// Triangle attention for Hopper (sm_90a): the forward and the three backward products (dQ,
+// dK/dV, the bias gradient) as wgmma kernels on shared-memory tiles that TMA fills.
 //
-// Every kernel: a ninth warp only issues TMA copies into a ring of kStages shared-memory
-// slots guarded by "full" (bytes landed) and "empty" (all consumers done) mbarriers; two
-// consumer warpgroups compute.
+// Every kernel: two consumer warpgroups, and thread 0 doubles as the producer: it issues the
+// TMA copies of a ring of shared-memory slots guarded by "full" (bytes landed) and "empty"
+// (all 256 threads done) mbarriers, kStages - 1 steps ahead of its own consumption. Without a
+// dedicated producer warp two blocks of 8 warps fill an SM's 64K registers at 128 per thread
+// (a ninth warp capped them at 96), which lets every product run on whole 64 x 64 score blocks.
 // - Forward / dQ: block = one tile of 64 queries of kRows consecutive rows r (same b, h);
 //   warpgroup w computes row r0 + w. All rows of a block share one bias tile per key step
 //   (the bias does not depend on r), so the bias bytes per score fall by kRows against a
@@ -12,7 +13,10 @@
 //     S = Q K^T          wgmma m64n64k16 x2, both operands in shared memory
 //     forward: online softmax (base 2) in registers, O += P V (m64n32k16 x4, P from
 //       registers, V read transposed from shared memory)
-//     dQ: dP = dO V^T, dS = P (dP - delta), dQ += dS K, in 32-key halves (registers)
+//     dQ: dP = dO V^T, dS = P (dP - delta), dQ += dS K
+// - dK/dV: block = one tile of 64 keys of kRows rows; the query tiles stream (with the bias
+//   tile, shared by the rows, and each row's lse and delta). Per 64-query step, transposed:
+//     S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q
 // - Bias gradient: block = 128 queries x 64 keys of one (b, h) and a chunk of rows r; each
 //   warpgroup keeps sum_r dS of its 64 x 64 in registers while the rows stream through.
 // The counts behind the shape (N=768, H=4, d=32): per score 4d = 128 tensor FLOPs against
@@ -38,27 +42,35 @@ namespace megafold::ops::cuda {
 namespace {
 
 // Tile choices, by head dim (only d = 32 is instantiated: one 64-byte swizzled row per query
-// or key). kRows warpgroups per block, one row r each (forward, dQ) or one 64-query half of
-// the block's bias tile each (bias gradient); a 64 x 64 score block per wgmma pair.
+// or key). kRows warpgroups per block, one row r each (forward, dQ, dK/dV) or one 64-query
+// half of the block's bias tile each (bias gradient); a 64 x 64 score block per step.
 template <int D>
 struct Traits {
   static constexpr int kRows = 2;          // consumer warpgroups
   static constexpr int kBlockM = 64;       // queries per warpgroup (the wgmma M)
   static constexpr int kBlockN = 64;       // keys per step
-  static constexpr int kStages = 3;        // ring slots
-  static constexpr int kThreads = 128 * kRows + 32;  // + the producer warp
-  // Two blocks per SM. 112 registers (2 x 288 x 112 = 64512 of 65536) fit only one on the
-  // H200 (the runtime's occupancy query says so); 96 fit two.
-  static constexpr int kRegisters = 96;
+  static constexpr int kThreads = 128 * kRows;
+  // Two blocks per SM: 2 x 256 threads x 128 registers = 64K.
+  static constexpr int kRegisters = 128;
   static constexpr int kSwizzle = D * 2;   // bytes per row of a q/k/v tile
   static constexpr int kTile = 64 * kSwizzle;             // a 64-row q, k, v or dO tile
   static constexpr int kBiasTile = kBlockM * kBlockN * 2;  // 64 x 64, 128-byte rows
   static constexpr int kMaskRow = kBlockN * 4;             // the key mask of one row r
+  static constexpr int kStatRow = kBlockM * 8;             // (lse, delta) of 64 queries
   static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+  // Ring depths: the deepest that keeps two blocks' shared memory within the SM's 228 KB.
+  static constexpr int kForwardStages = 4;
+  static constexpr int kStages = 3;
   // Forward and dQ: per step, the keys and values of every row, the shared bias tile, the
   // key masks; resident: the queries (and dO) of every row.
   static constexpr int kKeyStage = align(2 * kRows * kTile + kBiasTile + kRows * kMaskRow);
-  static constexpr int kKeySmem = 2 * kRows * kTile + kStages * kKeyStage + 1024;  // + alignment slack
+  static constexpr int key_smem(bool grad) {
+    return (grad ? 2 : 1) * kRows * kTile + (grad ? kStages : kForwardStages) * kKeyStage + 1024;  // + alignment slack
+  }
+  // dK/dV: per step, the queries, dO and statistics of every row and the shared bias tile;
+  // resident: the keys and values of every row.
+  static constexpr int kQueryStage = align(2 * kRows * kTile + kBiasTile + kRows * kStatRow);
+  static constexpr int kQuerySmem = 2 * kRows * kTile + kStages * kQueryStage + 1024;
   // Bias gradient: per step (row r), queries and dO of both halves, keys, values, key mask;
   // resident: the bias tile of both halves.
   static constexpr int kRowStage = align(2 * kRows * kTile + 2 * kTile + kMaskRow);
@@ -67,7 +79,7 @@ struct Traits {
 };
 
 struct Maps {
-  CUtensorMap q, k, v, d_o, bias, mask;
+  CUtensorMap q, k, v, d_o, bias, mask, stats;
 };
 
 #if defined(MEGAFOLD_SM90A_DEVICE)
@@ -88,6 +100,20 @@ __device__ __forceinline__ void init_barriers(Ring<kStages>& ring, uint64_t& res
   __syncthreads();
 }
 
+// Thread 0 is also the producer: it issues the copies of the first kStages - 1 steps before
+// the loop and, after consuming step s, those of step s + kStages - 1 into the slot that step
+// s - 1 used. The other warpgroup runs in step with thread 0's, so it has usually released
+// that slot by then and the wait seldom holds thread 0's warpgroup back.
+template <int kStages, typename Issue>
+__device__ __forceinline__ void prefetch(int steps, Issue&& issue) {
+  if (threadIdx.x != 0) return;
+  for (int step = 0; step < kStages - 1 && step < steps; ++step) issue(step);
+}
+template <int kStages, typename Issue>
+__device__ __forceinline__ void refill(int step, int steps, Issue&& issue) {
+  if (threadIdx.x == 0 && step + kStages - 1 < steps) issue(step + kStages - 1);
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -95,8 +121,7 @@ __device__ __forceinline__ float quad_max(float v) {
 
 // Score blocks are wgmma m64nC accumulators (C = 64 or 32 keys, NX = C / 2 values): warp w of
 // the warpgroup holds rows 16w + g and 16w + g + 8, columns 8c + 2t and 8c + 2t + 1 of chunk
-// c, as x[4c + 2 half + e]. The gradient kernels work on 32-key halves of a 64-key step, so
-// that the scores, dP and the accumulators fit the register budget of two blocks per SM.
+// c, as x[4c + 2 half + e].
 
 // Byte offsets of this lane's ldmatrix rows in a 64 x 64 bias tile (128-byte rows, chunk c of
 // row x stored at chunk c ^ (x % 8)): load m gives 8 x 8 blocks (chunk c = 2m + lane / 16,
@@ -106,6 +131,29 @@ __device__ __forceinline__ void bias_offsets(int (&at)[4], int row16, int lane) 
   for (int m = 0; m < 4; ++m) {
     const int c = 2 * m + lane / 16, x = row16 + 8 * ((lane / 8) % 2) + lane % 8;
     at[m] = x * 128 + ((c ^ (x % 8)) * 16);
+  }
+}
+
+// The same for a transposed read (the dK/dV kernel's scores are S^T: rows are keys, columns
+// queries, and the tile's rows queries): load m gives the 8 x 8 blocks of query rows
+// 8c..8c+7 (c = 2m + lane / 16) and key chunk 2 (row16 / 16) + (lane / 8) % 2, which
+// ldmatrix.trans hands out in the score layout.
+__device__ __forceinline__ void bias_offsets_transposed(int (&at)[4], int row16, int lane) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int x = 8 * (2 * m + lane / 16) + lane % 8, c = row16 / 8 + (lane / 8) % 2;
+    at[m] = x * 128 + ((c ^ (x % 8)) * 16);
+  }
+}
+
+__device__ __forceinline__ void load_bias_transposed(uint32_t (&bf)[16], const unsigned char* tile,
+                                                     const int (&at)[4]) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    uint32_t x[4];
+    mma::ldmatrix_x4_trans(x, tile + at[m]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) bf[4 * m + e] = x[e];
   }
 }
 
@@ -184,14 +232,22 @@ __device__ __forceinline__ void to_a_fragments(uint32_t (&a)[NX / 8][4], const f
   for (int i = 0; i < NX; i += 2) a[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2] = pack2<T>(x[i], x[i + 1]);
 }
 
-// acc (64 x 32) += A (64 x 16 KS keys) B, B the rows of a key tile read transposed (MN-major).
+// acc (64 x 32) += A (64 x 16 KS) B, B the rows of a 64-row tile read transposed (MN-major):
+// P V, dS K, P^T dO, dS^T Q. Issued after a wgmma_fence, not committed.
 template <typename T, int kSwizzle, int KS>
-__device__ __forceinline__ void gemm_keys(float (&acc)[16], const uint32_t (&a)[KS][4], const unsigned char* rows) {
+__device__ __forceinline__ void issue_rows_product(float (&acc)[16], const uint32_t (&a)[KS][4],
+                                                   const unsigned char* rows) {
   const uint64_t desc = smem_desc<kSwizzle>(rows);
-  fence_registers(acc);
-  wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) wgmma_64x32_rs<T>(acc, a[ks], desc_add(desc, ks * 16 * kSwizzle));
+}
+
+// The same, fenced, committed and waited for.
+template <typename T, int kSwizzle, int KS>
+__device__ __forceinline__ void gemm_rows(float (&acc)[16], const uint32_t (&a)[KS][4], const unsigned char* rows) {
+  fence_registers(acc);
+  wgmma_fence();
+  issue_rows_product<T, kSwizzle, KS>(acc, a, rows);
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(acc);
@@ -252,7 +308,7 @@ __device__ __forceinline__ void store_rows(void* out, const TriangleAttentionPar
 }
 #endif
 
-// Forward and dQ share one schedule: block = (b, h, 64 queries, kRows rows r), the producer
+// Forward and dQ share one schedule: block = (b, h, 64 queries, kRows rows r), the ring
 // streams key tiles (keys and values of every row, the shared bias tile, the key masks).
 //   forward: S = Q K^T, online softmax, O += P V
 //   dQ:      S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K
@@ -261,12 +317,13 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     tma_wgmma_key_loop_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   using Tr = Traits<D>;
+  constexpr int kStages = kGrad ? Tr::kStages : Tr::kForwardStages;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_1024(smem_raw);
   unsigned char* q_tiles = smem;                          // kRows tiles
   unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ only)
-  unsigned char* stages = smem + 2 * Tr::kRows * Tr::kTile;
-  __shared__ Ring<Tr::kStages> ring;
+  unsigned char* stages = smem + (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile;
+  __shared__ Ring<kStages> ring;
   __shared__ uint64_t resident;
   auto k_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + w * Tr::kTile; };
   auto v_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + (Tr::kRows + w) * Tr::kTile; };
@@ -280,30 +337,28 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int b = blockIdx.z / static_cast<int>(p.H), h = blockIdx.z % static_cast<int>(p.H);
   const int steps = static_cast<int>((p.N + Tr::kBlockN - 1) / Tr::kBlockN);
 
-  init_barriers(ring, resident, 128 * Tr::kRows);
-
-  if (warp == 4 * Tr::kRows) {  // the producer warp
-    if (lane != 0) return;
+  init_barriers(ring, resident, Tr::kThreads);
+  auto issue = [&](int step) {
+    constexpr uint32_t bytes =
+        2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
+    const int s = ring.acquire(step, bytes), j0 = step * Tr::kBlockN;
+    for (int w = 0; w < Tr::kRows; ++w) {
+      tma_load_5d(k_tile(s, w), &maps.k, ring.filled(s), 0, h, j0, r0 + w, b);
+      tma_load_5d(v_tile(s, w), &maps.v, ring.filled(s), 0, h, j0, r0 + w, b);
+      if constexpr (kMask) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
+    }
+    if constexpr (kBias) tma_load_3d(bias_tile(s), &maps.bias, ring.filled(s), j0, i0, blockIdx.z);
+  };
+  if (threadIdx.x == 0) {
     barrier_expect_bytes(&resident, (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile);
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(q_tiles + w * Tr::kTile, &maps.q, &resident, 0, h, i0, r0 + w, b);
       if constexpr (kGrad) tma_load_5d(do_tiles + w * Tr::kTile, &maps.d_o, &resident, 0, h, i0, r0 + w, b);
     }
-    constexpr uint32_t bytes =
-        2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
-    for (int step = 0; step < steps; ++step) {
-      const int s = ring.acquire(step, bytes), j0 = step * Tr::kBlockN;
-      for (int w = 0; w < Tr::kRows; ++w) {
-        tma_load_5d(k_tile(s, w), &maps.k, ring.filled(s), 0, h, j0, r0 + w, b);
-        tma_load_5d(v_tile(s, w), &maps.v, ring.filled(s), 0, h, j0, r0 + w, b);
-        if constexpr (kMask) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
-      }
-      if constexpr (kBias) tma_load_3d(bias_tile(s), &maps.bias, ring.filled(s), j0, i0, blockIdx.z);
-    }
-    return;
   }
+  prefetch<kStages>(steps, issue);
 
-  // Consumers: warpgroup wg computes row r of the block's queries.
+  // Warpgroup wg computes row r of the block's queries.
   const int wg = warp / 4, g = lane / 4, t = lane % 4, row16 = 16 * (warp % 4);
   const int64_t r = r0 + wg;
   const bool live = r < p.R;
@@ -322,74 +377,74 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   for (int step = 0; step < steps; ++step) {
     const int s = ring.wait(step);
     const int64_t j0 = static_cast<int64_t>(step) * Tr::kBlockN;
-    if (live && kGrad) {
-      // dQ, one 32-key half at a time: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
-#pragma unroll
-      for (int hk = 0; hk < 2; ++hk) {
-        const int rows = 32 * hk * Tr::kSwizzle;  // byte offset of the half's keys in a tile
-        float x[16], dp[16];
+    if (live) {
+      float x[32];
+      uint32_t bf[16];  // the bias, fetched while the products run
+      if constexpr (kGrad) {
+        // dQ: S = Q K^T and dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+        float dp[32];
         wgmma_fence();
-        issue_scores<T, Tr::kSwizzle, 16>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg) + rows);
-        issue_scores<T, Tr::kSwizzle, 16>(dp, do_tiles + wg * Tr::kTile, v_tile(s, wg) + rows);
+        issue_scores<T, Tr::kSwizzle, 32>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
+        issue_scores<T, Tr::kSwizzle, 32>(dp, do_tiles + wg * Tr::kTile, v_tile(s, wg));
         wgmma_commit();
+        if constexpr (kBias) load_bias(bf, bias_tile(s), bias_at);
         wgmma_wait<0>();
         fence_registers(x);
         fence_registers(dp);
-        if constexpr (kBias) scale_add_bias<T, 16>(x, bias_tile(s), bias_at, 2 * hk, p.scale);
+        if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
         else for (float& v : x) v *= p.scale;
-        if constexpr (kMask) add_key_mask(x, mask_row(s, wg) + 32 * hk, t);
-        else mask_tail(x, j0 + 32 * hk, p.N, t);
+        if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
+        else mask_tail(x, j0, p.N, t);
         to_ds(x, dp, lse2, delta);
-        uint32_t a[2][4];
-        to_a_fragments<T, 16>(a, x);
-        gemm_keys<T, Tr::kSwizzle, 2>(acc, a, k_tile(s, wg) + rows);
+        uint32_t a[4][4];
+        to_a_fragments<T, 32>(a, x);
+        gemm_rows<T, Tr::kSwizzle, 4>(acc, a, k_tile(s, wg));
+      } else {
+        // Forward: S = Q K^T, online softmax, O += P V.
+        wgmma_fence();
+        issue_scores<T, Tr::kSwizzle, 32>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
+        wgmma_commit();
+        if constexpr (kBias) load_bias(bf, bias_tile(s), bias_at);
+        wgmma_wait<0>();
+        fence_registers(x);
+        if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
+        else for (float& v : x) v *= p.scale;
+        if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
+        else mask_tail(x, j0, p.N, t);
+        float off[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float mx[8];
+#pragma unroll
+          for (int c = 0; c < 8; ++c) mx[c] = fmaxf(x[4 * c + 2 * half], x[4 * c + 2 * half + 1]);
+#pragma unroll
+          for (int w = 4; w > 0; w /= 2)
+#pragma unroll
+            for (int c = 0; c < w; ++c) mx[c] = fmaxf(mx[c], mx[c + w]);
+          const float m_new = fmaxf(m[half], quad_max(mx[0]));
+          // A row with no valid key so far keeps max -inf; subtract 0 instead (all terms are 0).
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;
+          const float corr = exp2_approx((m[half] - m_use) * kLog2e);
+          m[half] = m_new;
+          off[half] = -m_use * kLog2e;
+          l[half] *= corr;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[4 * c + 2 * half] *= corr, acc[4 * c + 2 * half + 1] *= corr;
+        }
+        uint32_t a[4][4];
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {  // pairs: half the length of the row-sum chains
+          const int half = (i / 2) % 2;
+          const float p0 = exp2_approx(fmaf(x[i], kLog2e, off[half]));
+          const float p1 = exp2_approx(fmaf(x[i + 1], kLog2e, off[half]));
+          l[half] += p0 + p1;
+          a[i / 8][((i / 4) % 2) * 2 + half] = pack2<T>(p0, p1);
+        }
+        gemm_rows<T, Tr::kSwizzle, 4>(acc, a, v_tile(s, wg));
       }
-    } else if (live) {
-      // Forward: S = Q K^T, online softmax, O += P V.
-      float x[32];
-      wgmma_fence();
-      issue_scores<T, Tr::kSwizzle, 32>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
-      wgmma_commit();
-      uint32_t bf[16];  // fetched while the product runs
-      if constexpr (kBias) load_bias(bf, bias_tile(s), bias_at);
-      wgmma_wait<0>();
-      fence_registers(x);
-      if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
-      else for (float& v : x) v *= p.scale;
-      if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
-      else mask_tail(x, j0, p.N, t);
-      float off[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float mx[8];
-#pragma unroll
-        for (int c = 0; c < 8; ++c) mx[c] = fmaxf(x[4 * c + 2 * half], x[4 * c + 2 * half + 1]);
-#pragma unroll
-        for (int w = 4; w > 0; w /= 2)
-#pragma unroll
-          for (int c = 0; c < w; ++c) mx[c] = fmaxf(mx[c], mx[c + w]);
-        const float m_new = fmaxf(m[half], quad_max(mx[0]));
-        // A row with no valid key so far keeps max -inf; subtract 0 instead (all terms are 0).
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float corr = exp2_approx((m[half] - m_use) * kLog2e);
-        m[half] = m_new;
-        off[half] = -m_use * kLog2e;
-        l[half] *= corr;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[4 * c + 2 * half] *= corr, acc[4 * c + 2 * half + 1] *= corr;
-      }
-      uint32_t a[4][4];
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {  // pairs: half the length of the row-sum chains
-        const int half = (i / 2) % 2;
-        const float p0 = exp2_approx(fmaf(x[i], kLog2e, off[half]));
-        const float p1 = exp2_approx(fmaf(x[i + 1], kLog2e, off[half]));
-        l[half] += p0 + p1;
-        a[i / 8][((i / 4) % 2) * 2 + half] = pack2<T>(p0, p1);
-      }
-      gemm_keys<T, Tr::kSwizzle, 4>(acc, a, v_tile(s, wg));
     }
     ring.release(s);
+    refill<kStages>(step, steps, issue);
   }
   if (!live) return;
 
@@ -413,9 +468,130 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 #endif
 }
 
+// dK/dV: block = (b, h, 64 keys, kRows rows r); warpgroup w owns the keys of row r0 + w and
+// the ring streams query tiles (queries and dO of every row, the shared bias tile, each row's
+// (lse, delta) pairs). Queries past N arrive as zeros (TMA fills them): their P is finite and
+// meets zero dO and zero queries, so they add nothing. A masked key's dK and dV are zeroed at
+// the store (its P is zero for every query).
+template <typename T, int D, bool kBias, bool kMask>
+__global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kRegisters)
+    tma_wgmma_dkv_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p) {
+#if defined(MEGAFOLD_SM90A_DEVICE)
+  using Tr = Traits<D>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = aligned_1024(smem_raw);
+  unsigned char* k_tiles = smem;                          // kRows tiles
+  unsigned char* v_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles
+  unsigned char* stages = smem + 2 * Tr::kRows * Tr::kTile;
+  __shared__ Ring<Tr::kStages> ring;
+  __shared__ uint64_t resident;
+  auto q_tile = [&](int s, int w) { return stages + s * Tr::kQueryStage + w * Tr::kTile; };
+  auto do_tile = [&](int s, int w) { return stages + s * Tr::kQueryStage + (Tr::kRows + w) * Tr::kTile; };
+  auto bias_tile = [&](int s) { return stages + s * Tr::kQueryStage + 2 * Tr::kRows * Tr::kTile; };
+  auto stat_row = [&](int s, int w) {
+    return reinterpret_cast<const float4*>(bias_tile(s) + Tr::kBiasTile + w * Tr::kStatRow);
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int j0 = blockIdx.x * Tr::kBlockN, r0 = blockIdx.y * Tr::kRows;
+  const int b = blockIdx.z / static_cast<int>(p.H), h = blockIdx.z % static_cast<int>(p.H);
+  const int steps = static_cast<int>((p.N + Tr::kBlockM - 1) / Tr::kBlockM);
+
+  init_barriers(ring, resident, Tr::kThreads);
+  auto issue = [&](int step) {
+    constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + Tr::kRows * Tr::kStatRow;
+    const int s = ring.acquire(step, bytes), i0 = step * Tr::kBlockM;
+    for (int w = 0; w < Tr::kRows; ++w) {
+      tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0, r0 + w, b);
+      tma_load_5d(do_tile(s, w), &maps.d_o, ring.filled(s), 0, h, i0, r0 + w, b);
+      tma_load_3d(const_cast<float4*>(stat_row(s, w)), &maps.stats, ring.filled(s), 2 * i0, h, b * p.R + r0 + w);
+    }
+    if constexpr (kBias) tma_load_3d(bias_tile(s), &maps.bias, ring.filled(s), j0, i0, blockIdx.z);
+  };
+  if (threadIdx.x == 0) {
+    barrier_expect_bytes(&resident, 2 * Tr::kRows * Tr::kTile);
+    for (int w = 0; w < Tr::kRows; ++w) {
+      tma_load_5d(k_tiles + w * Tr::kTile, &maps.k, &resident, 0, h, j0, r0 + w, b);
+      tma_load_5d(v_tiles + w * Tr::kTile, &maps.v, &resident, 0, h, j0, r0 + w, b);
+    }
+  }
+  prefetch<Tr::kStages>(steps, issue);
+
+  // Warpgroup wg: the keys of row r; scores transposed (rows keys, columns queries).
+  const int wg = warp / 4, g = lane / 4, t = lane % 4, row16 = 16 * (warp % 4);
+  const int64_t r = r0 + wg;
+  const bool live = r < p.R;
+  int bias_at[4];
+  bias_offsets_transposed(bias_at, row16, lane);
+  barrier_wait(&resident, 0);
+
+  float dk[16], dv[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) dk[i] = dv[i] = 0.f;
+  for (int step = 0; step < steps; ++step) {
+    const int s = ring.wait(step);
+    if (live) {
+      float x[32], dp[32];
+      wgmma_fence();
+      issue_scores<T, Tr::kSwizzle, 32>(x, k_tiles + wg * Tr::kTile, q_tile(s, wg));
+      issue_scores<T, Tr::kSwizzle, 32>(dp, v_tiles + wg * Tr::kTile, do_tile(s, wg));
+      wgmma_commit();
+      uint32_t bf[16];
+      if constexpr (kBias) load_bias_transposed(bf, bias_tile(s), bias_at);
+      wgmma_wait<0>();
+      fence_registers(x);
+      fence_registers(dp);
+      if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
+      else for (float& v : x) v *= p.scale;
+      // P^T and dS^T straight into the A fragments of dV += P^T dO and dK += dS^T Q; the
+      // statistics of columns 8c + 2t, +1 are one 16-byte (lse, delta, lse, delta) load.
+      uint32_t ap[4][4], as[4][4];
+      const float4* stats = stat_row(s, wg);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const float4 st = stats[4 * c + t];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 4 * c + 2 * half;
+          const float p0 = exp2_approx(fmaf(x[i], kLog2e, -st.x));
+          const float p1 = exp2_approx(fmaf(x[i + 1], kLog2e, -st.z));
+          ap[c / 2][(c % 2) * 2 + half] = pack2<T>(p0, p1);
+          as[c / 2][(c % 2) * 2 + half] = pack2<T>(p0 * (dp[i] - st.y), p1 * (dp[i + 1] - st.w));
+        }
+      }
+      fence_registers(dv);
+      fence_registers(dk);
+      wgmma_fence();
+      issue_rows_product<T, Tr::kSwizzle, 4>(dv, ap, do_tile(s, wg));
+      issue_rows_product<T, Tr::kSwizzle, 4>(dk, as, q_tile(s, wg));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(dv);
+      fence_registers(dk);
+    }
+    ring.release(s);
+    refill<Tr::kStages>(step, steps, issue);
+  }
+  if (!live) return;
+
+  const int64_t j_first = j0 + row16 + g;
+  float keep[2] = {1.f, 1.f};
+  if constexpr (kMask) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t j = j_first + 8 * half;
+      if (j < p.N && p.mask[(static_cast<int64_t>(b) * p.R + r) * p.mask_ld + j] == -INFINITY) keep[half] = 0.f;
+    }
+  }
+  const float dk_mul[2] = {keep[0] * p.scale, keep[1] * p.scale};
+  store_rows<T>(p.dk, p, b, r, h, j_first, dk, dk_mul, nullptr, t);
+  store_rows<T>(p.dv, p, b, r, h, j_first, dv, keep, nullptr, t);
+#endif
+}
+
 // Bias gradient: block = (b, h, 128 queries x 64 keys, a chunk of rows r); warpgroup w owns
-// queries i0 + 64w..+63 and keeps sum_r dS of them in registers while the producer streams
-// each row's queries, dO, keys, values and key mask. The sum over a chunk's rows runs in row
+// queries i0 + 64w..+63 and keeps sum_r dS of them in registers while the ring streams each
+// row's queries, dO, keys, values and key mask. The sum over a chunk's rows runs in row
 // order; the chunks' partial sums are added in chunk order by dbias_reduce.
 template <typename T, int D, bool kMask>
 __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kRegisters)
@@ -443,27 +619,26 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int64_t rows_per = (p.R + chunks - 1) / chunks;
   const int r_begin = static_cast<int>(chunk * rows_per < p.R ? chunk * rows_per : p.R);
   const int r_end = static_cast<int>(r_begin + rows_per < p.R ? r_begin + rows_per : p.R);
+  const int steps = r_end - r_begin;
 
-  init_barriers(ring, resident, 128 * Tr::kRows);
-
-  if (warp == 4 * Tr::kRows) {  // the producer warp
-    if (lane != 0) return;
+  init_barriers(ring, resident, Tr::kThreads);
+  auto issue = [&](int step) {
+    constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0);
+    const int s = ring.acquire(step, bytes), r = r_begin + step;
+    for (int w = 0; w < Tr::kRows; ++w) {
+      tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
+      tma_load_5d(do_tile(s, w), &maps.d_o, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
+    }
+    tma_load_5d(k_tile(s), &maps.k, ring.filled(s), 0, h, j0, r, b);
+    tma_load_5d(v_tile(s), &maps.v, ring.filled(s), 0, h, j0, r, b);
+    if constexpr (kMask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
+  };
+  if (threadIdx.x == 0) {
     barrier_expect_bytes(&resident, Tr::kRows * Tr::kBiasTile);
     for (int w = 0; w < Tr::kRows; ++w)
       tma_load_3d(bias_tiles + w * Tr::kBiasTile, &maps.bias, &resident, j0, i0 + w * Tr::kBlockM, blockIdx.z);
-    constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0);
-    for (int r = r_begin; r < r_end; ++r) {
-      const int s = ring.acquire(r - r_begin, bytes);
-      for (int w = 0; w < Tr::kRows; ++w) {
-        tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
-        tma_load_5d(do_tile(s, w), &maps.d_o, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
-      }
-      tma_load_5d(k_tile(s), &maps.k, ring.filled(s), 0, h, j0, r, b);
-      tma_load_5d(v_tile(s), &maps.v, ring.filled(s), 0, h, j0, r, b);
-      if constexpr (kMask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
-    }
-    return;
   }
+  prefetch<Tr::kStages>(steps, issue);
 
   const int wg = warp / 4, g = lane / 4, t = lane % 4, row16 = 16 * (warp % 4);
   const int64_t i_first = i0 + wg * Tr::kBlockM + row16 + g;
@@ -471,42 +646,37 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   bias_offsets(bias_at, row16, lane);
   barrier_wait(&resident, 0);
 
-  float acc[2][16];  // sum_r dS of the two 32-key halves
+  float acc[32];  // sum_r dS
 #pragma unroll
-  for (int i = 0; i < 16; ++i) acc[0][i] = acc[1][i] = 0.f;
-  for (int r = r_begin; r < r_end; ++r) {
-    const int s = ring.wait(r - r_begin);
+  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+  for (int step = 0; step < steps; ++step) {
+    const int s = ring.wait(step);
     float lse2[2], delta[2];
-    row_stats(p, ((static_cast<int64_t>(b) * p.R + r) * p.H + h) * p.N, i_first, lse2, delta);
+    row_stats(p, ((static_cast<int64_t>(b) * p.R + r_begin + step) * p.H + h) * p.N, i_first, lse2, delta);
+    float x[32], dp[32];
+    wgmma_fence();
+    issue_scores<T, Tr::kSwizzle, 32>(x, q_tile(s, wg), k_tile(s));
+    issue_scores<T, Tr::kSwizzle, 32>(dp, do_tile(s, wg), v_tile(s));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(x);
+    fence_registers(dp);
+    scale_add_bias<T, 32>(x, bias_tiles + wg * Tr::kBiasTile, bias_at, 0, p.scale);
+    if constexpr (kMask) add_key_mask(x, mask_row(s), t);
+    else mask_tail(x, j0, p.N, t);
+    to_ds(x, dp, lse2, delta);
 #pragma unroll
-    for (int hk = 0; hk < 2; ++hk) {
-      const int rows = 32 * hk * Tr::kSwizzle;
-      float x[16], dp[16];
-      wgmma_fence();
-      issue_scores<T, Tr::kSwizzle, 16>(x, q_tile(s, wg), k_tile(s) + rows);
-      issue_scores<T, Tr::kSwizzle, 16>(dp, do_tile(s, wg), v_tile(s) + rows);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_registers(x);
-      fence_registers(dp);
-      scale_add_bias<T, 16>(x, bias_tiles + wg * Tr::kBiasTile, bias_at, 2 * hk, p.scale);
-      if constexpr (kMask) add_key_mask(x, mask_row(s) + 32 * hk, t);
-      else mask_tail(x, j0 + 32 * hk, p.N, t);
-      to_ds(x, dp, lse2, delta);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) acc[hk][i] += x[i];
-    }
+    for (int i = 0; i < 32; ++i) acc[i] += x[i];
     ring.release(s);
+    refill<Tr::kStages>(step, steps, issue);
   }
 
   float* out = p.dbias_partial + (chunk * p.B * p.H + bh) * p.N * p.N;
 #pragma unroll
-  for (int hk = 0; hk < 2; ++hk)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int64_t row = i_first + 8 * ((i / 2) % 2), col = j0 + 32 * hk + 8 * (i / 4) + 2 * t + i % 2;
-      if (row < p.N && col < p.N) out[row * p.N + col] = acc[hk][i];
-    }
+  for (int i = 0; i < 32; ++i) {
+    const int64_t row = i_first + 8 * ((i / 2) % 2), col = j0 + 8 * (i / 4) + 2 * t + i % 2;
+    if (row < p.N && col < p.N) out[row * p.N + col] = acc[i];
+  }
 #endif
 }
 
@@ -542,6 +712,17 @@ CUtensorMap mask_map(const TriangleAttentionParams& p, int keys) {
                           "triangle_attention's key mask");
 }
 
+// The backward's (lse, delta) pairs [B, R, H, stats_ld, 2] as [B * R, H, 2 N] floats, boxes of
+// 64 queries (pairs past N read as zeros).
+CUtensorMap stats_map(const TriangleAttentionParams& p) {
+  const uint64_t dims[3] = {static_cast<uint64_t>(2 * p.N), static_cast<uint64_t>(p.H),
+                            static_cast<uint64_t>(p.B * p.R)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(p.stats_ld * 8), static_cast<uint64_t>(p.H * p.stats_ld * 8)};
+  const uint32_t box[3] = {128, 1, 1};
+  return sm90::tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.stats, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                          "triangle_attention's softmax statistics");
+}
+
 // The maps of one call; tiles of 64 rows of q, k, v and dO.
 template <int D>
 Maps make_maps(const TriangleAttentionParams& p, bool grad) {
@@ -554,6 +735,7 @@ Maps make_maps(const TriangleAttentionParams& p, bool grad) {
   if (grad) {
     const int64_t dense[5] = {p.R * p.N * p.H * p.d, p.N * p.H * p.d, p.H * p.d, p.d, 1};
     maps.d_o = operand_map(p.dtype, p.d_o, dense, p, 64, swizzle);
+    maps.stats = stats_map(p);
   }
   if (p.bias != nullptr) maps.bias = bias_map(p);
   if (p.mask != nullptr) {
@@ -587,12 +769,29 @@ void launch_key_loop(const TriangleAttentionParams& p, cudaStream_t stream) {
   check_grid(x, y, z);
   const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
   const char* name = kGrad ? "sm_90a dQ kernel" : "sm_90a forward kernel";
-  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, Tr::kKeySmem, stream, maps, p); };
+  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, Tr::key_smem(kGrad), stream, maps, p); };
   const bool bias = p.bias != nullptr, mask = p.mask != nullptr;
   if (bias && mask) run(tma_wgmma_key_loop_kernel<T, D, true, true, kGrad>);
   else if (bias) run(tma_wgmma_key_loop_kernel<T, D, true, false, kGrad>);
   else if (mask) run(tma_wgmma_key_loop_kernel<T, D, false, true, kGrad>);
   else run(tma_wgmma_key_loop_kernel<T, D, false, false, kGrad>);
+}
+
+// dK/dV: a block per (b, h, 64 keys, kRows rows).
+template <typename T, int D>
+void launch_dkv(const TriangleAttentionParams& p, cudaStream_t stream) {
+  using Tr = Traits<D>;
+  const Maps maps = make_maps<D>(p, true);
+  const int64_t x = (p.N + Tr::kBlockN - 1) / Tr::kBlockN, y = (p.R + Tr::kRows - 1) / Tr::kRows, z = p.B * p.H;
+  check_grid(x, y, z);
+  const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
+  const char* name = "sm_90a dK/dV kernel";
+  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, Tr::kQuerySmem, stream, maps, p); };
+  const bool bias = p.bias != nullptr, mask = p.mask != nullptr;
+  if (bias && mask) run(tma_wgmma_dkv_kernel<T, D, true, true>);
+  else if (bias) run(tma_wgmma_dkv_kernel<T, D, true, false>);
+  else if (mask) run(tma_wgmma_dkv_kernel<T, D, false, true>);
+  else run(tma_wgmma_dkv_kernel<T, D, false, false>);
 }
 
 template <typename T, int D>
@@ -634,7 +833,9 @@ void backward_wgmma(const TriangleAttentionParams& p, void* stream) {
   MF_CHECK(p.d == 32, "triangle_attention sm_90a kernels: head dim ", p.d, " is not instantiated");
   MF_CHECK(p.dtype != DType::kFloat32, "triangle_attention sm_90a kernels take fp16/bf16");
   const bool bf16 = p.dtype == DType::kBFloat16;
+  MF_CHECK(p.stats != nullptr && p.stats_ld % 2 == 0, "triangle_attention sm_90a backward: no (lse, delta) pairs");
   bf16 ? launch_key_loop<__nv_bfloat16, 32, true>(p, s) : launch_key_loop<__half, 32, true>(p, s);
+  bf16 ? launch_dkv<__nv_bfloat16, 32>(p, s) : launch_dkv<__half, 32>(p, s);
   if (p.bias == nullptr) return;
   bf16 ? launch_dbias<__nv_bfloat16, 32>(p, s) : launch_dbias<__half, 32>(p, s);
 }
