@@ -36,6 +36,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--n", type=int, nargs="+", default=[768, 1024])
+    ap.add_argument("--trace", help="also write a Chrome trace of the last size's steps here")
     args = ap.parse_args()
     torch.ops.load_library(args.lib)
     for n in args.n:
@@ -44,16 +45,30 @@ def main():
         bias = torch.randn(1, H, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         grad = torch.randn(1, n, n, H, D, device="cuda", dtype=torch.bfloat16)
 
-        def step():
+        def step():  # as bench/triangle_attention.py times it: fresh gradients, not accumulated ones
+            for t in (q, k, v, bias):
+                t.grad = None
             torch.ops.megafold.triangle_attention(q, k, v, bias, None, None).backward(grad)
 
         for _ in range(3):
             step()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        # Each step alone between two events, as do_bench times it: kernels plus any gaps between them.
+        walls = []
+        for _ in range(REPS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            walls.append(start.elapsed_time(end))
+        activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.trace else [])
+        with profile(activities=activities) as prof:
             for _ in range(REPS):
                 step()
             torch.cuda.synchronize()
+        if args.trace:
+            prof.export_chrome_trace(args.trace)
         times = collections.defaultdict(list)
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA:
@@ -70,8 +85,9 @@ def main():
                 flops, exps = match[1] * 2 * D * H * n**3, H * n**3
                 ceil = (f"{flops / ms / 1e9:6.1f} TFLOP/s = {100 * flops / ms / 1e-3 / TENSOR_PEAK:4.1f}% tensor, "
                         f"{100 * exps / ms / 1e-3 / EXP_PEAK:4.1f}% exp")
-            print(f"  {ms:8.3f}  x{len(ts) // REPS}  {(short or name)[:60]:60s} {ceil}")
-        print(f"  {total:8.3f}  total")
+            print(f"  {ms:8.3f}  x{len(ts) // REPS}  {(short or name)[:100]:100s} {ceil}")
+        print(f"  {total:8.3f}  total of the kernels")
+        print(f"  {sorted(walls)[len(walls) // 2]:8.3f}  per step between events (kernels and the gaps between them)")
 
 
 if __name__ == "__main__":

@@ -163,6 +163,46 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// A ring of kStages shared-memory slots whose kGroups consumer warpgroups refill it
+// themselves: the copies of step s + kStages go into step s's slot as soon as the last
+// warpgroup to read it is done, issued by that warpgroup's first thread. No thread waits for
+// a slot to empty (a producer thread that did held its warpgroup back whenever another ran
+// behind), and each slot is refilled as early as it can be.
+template <int kStages, int kGroups>
+struct SelfFilledRing {
+  uint64_t full[kStages];
+  int released[kStages];  // warpgroup releases so far: a multiple of kGroups when all are done
+
+  // Thread 0, before the barrier that makes the ring visible to the block.
+  __device__ __forceinline__ void init() {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(&full[s], 1);
+      released[s] = 0;
+    }
+  }
+  // The issuing thread: announces the bytes of the copies of `step`, which complete on
+  // filled(slot).
+  __device__ __forceinline__ int arm(int step, uint32_t bytes) {
+    const int s = step % kStages;
+    barrier_expect_bytes(&full[s], bytes);
+    return s;
+  }
+  __device__ __forceinline__ uint64_t* filled(int s) { return &full[s]; }
+  // Waits for the slot of `step` to be full.
+  __device__ __forceinline__ int wait(int step) {
+    const int s = step % kStages;
+    barrier_wait(&full[s], (step / kStages) & 1);
+    return s;
+  }
+  // Every thread of warpgroup `wg` when the group is done reading slot s (its wgmma waited
+  // for): true in the first thread of the last warpgroup to finish, which refills the slot.
+  // Named barriers 1..kGroups are the warpgroups'.
+  __device__ __forceinline__ bool release(int s, int wg) {
+    named_barrier(1 + wg, 128);
+    return threadIdx.x % 128 == 0 && atomicAdd(&released[s], 1) % kGroups == kGroups - 1;
+  }
+};
+
 // ---- wgmma ----
 
 // Orders this warpgroup's register writes before the next wgmma reads them (accumulators

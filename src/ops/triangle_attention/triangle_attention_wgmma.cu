@@ -1,11 +1,11 @@
 // Triangle attention for Hopper (sm_90a): the forward and the three backward products (dQ,
 // dK/dV, the bias gradient) as wgmma kernels on shared-memory tiles that TMA fills.
 //
-// Every kernel: two consumer warpgroups, and thread 0 doubles as the producer: it issues the
-// TMA copies of a ring of shared-memory slots guarded by "full" (bytes landed) and "empty"
-// (all 256 threads done) mbarriers, kStages - 1 steps ahead of its own consumption. Without a
-// dedicated producer warp two blocks of 8 warps fill an SM's 64K registers at 128 per thread
-// (a ninth warp capped them at 96), which lets every product run on whole 64 x 64 score blocks.
+// Every kernel: two warpgroups that compute and feed themselves. Tiles arrive by TMA in a ring
+// of shared-memory slots with a "full" mbarrier each (bytes landed); the last warpgroup done
+// with a slot issues its next copies (hopper::SelfFilledRing). Without a dedicated producer
+// warp two blocks of 8 warps fill an SM's 64K registers at 128 per thread (a ninth warp capped
+// them at 96), which lets every product run on whole 64 x 64 score blocks.
 // - Forward / dQ: block = one tile of 64 queries of kRows consecutive rows r (same b, h);
 //   warpgroup w computes row r0 + w. All rows of a block share one bias tile per key step
 //   (the bias does not depend on r), so the bias bytes per score fall by kRows against a
@@ -89,30 +89,38 @@ using mma::pack2;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Every kernel's ring: its two warpgroups refill it themselves.
+template <int kStages>
+using KernelRing = SelfFilledRing<kStages, 2>;
+
 // Thread 0 sets up the ring and the barrier of the resident tiles; then every thread may use them.
 template <int kStages>
-__device__ __forceinline__ void init_barriers(Ring<kStages>& ring, uint64_t& resident, int consumer_threads) {
+__device__ __forceinline__ void init_barriers(KernelRing<kStages>& ring, uint64_t& resident) {
   if (threadIdx.x == 0) {
-    ring.init(consumer_threads);
+    ring.init();
     barrier_init(&resident, 1);
     barrier_init_fence();
   }
   __syncthreads();
 }
 
-// Thread 0 is also the producer: it issues the copies of the first kStages - 1 steps before
-// the loop and, after consuming step s, those of step s + kStages - 1 into the slot that step
-// s - 1 used. The other warpgroup runs in step with thread 0's, so it has usually released
-// that slot by then and the wait seldom holds thread 0's warpgroup back.
+// Thread 0 issues the copies of the first kStages steps; the ring refills itself after that.
 template <int kStages, typename Issue>
 __device__ __forceinline__ void prefetch(int steps, Issue&& issue) {
   if (threadIdx.x != 0) return;
-  for (int step = 0; step < kStages - 1 && step < steps; ++step) issue(step);
+  for (int step = 0; step < kStages && step < steps; ++step) issue(step);
 }
+
+// After step `step`: the first thread of the last warpgroup done with its slot refills it.
 template <int kStages, typename Issue>
-__device__ __forceinline__ void refill(int step, int steps, Issue&& issue) {
-  if (threadIdx.x == 0 && step + kStages - 1 < steps) issue(step + kStages - 1);
+__device__ __forceinline__ void release(KernelRing<kStages>& ring, int s, int wg, int step, int steps,
+                                        Issue&& issue) {
+  if (ring.release(s, wg) && step + kStages < steps) issue(step + kStages);
 }
+
+// The warp's index, through a shuffle so that the compiler knows it is the same in every lane
+// (tile addresses and wgmma descriptors derived from it stay in uniform registers).
+__device__ __forceinline__ int warp_index() { return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0); }
 
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -323,7 +331,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   unsigned char* q_tiles = smem;                          // kRows tiles
   unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ only)
   unsigned char* stages = smem + (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile;
-  __shared__ Ring<kStages> ring;
+  __shared__ KernelRing<kStages> ring;
   __shared__ uint64_t resident;
   auto k_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + w * Tr::kTile; };
   auto v_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + (Tr::kRows + w) * Tr::kTile; };
@@ -332,16 +340,16 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     return reinterpret_cast<float*>(bias_tile(s) + Tr::kBiasTile + w * Tr::kMaskRow);
   };
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = warp_index(), lane = threadIdx.x % 32;
   const int i0 = blockIdx.x * Tr::kBlockM, r0 = blockIdx.y * Tr::kRows;
   const int b = blockIdx.z / static_cast<int>(p.H), h = blockIdx.z % static_cast<int>(p.H);
   const int steps = static_cast<int>((p.N + Tr::kBlockN - 1) / Tr::kBlockN);
 
-  init_barriers(ring, resident, Tr::kThreads);
+  init_barriers(ring, resident);
   auto issue = [&](int step) {
     constexpr uint32_t bytes =
         2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
-    const int s = ring.acquire(step, bytes), j0 = step * Tr::kBlockN;
+    const int s = ring.arm(step, bytes), j0 = step * Tr::kBlockN;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(k_tile(s, w), &maps.k, ring.filled(s), 0, h, j0, r0 + w, b);
       tma_load_5d(v_tile(s, w), &maps.v, ring.filled(s), 0, h, j0, r0 + w, b);
@@ -443,8 +451,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
         gemm_rows<T, Tr::kSwizzle, 4>(acc, a, v_tile(s, wg));
       }
     }
-    ring.release(s);
-    refill<kStages>(step, steps, issue);
+    release(ring, s, wg, step, steps, issue);
   }
   if (!live) return;
 
@@ -483,7 +490,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   unsigned char* k_tiles = smem;                          // kRows tiles
   unsigned char* v_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles
   unsigned char* stages = smem + 2 * Tr::kRows * Tr::kTile;
-  __shared__ Ring<Tr::kStages> ring;
+  __shared__ KernelRing<Tr::kStages> ring;
   __shared__ uint64_t resident;
   auto q_tile = [&](int s, int w) { return stages + s * Tr::kQueryStage + w * Tr::kTile; };
   auto do_tile = [&](int s, int w) { return stages + s * Tr::kQueryStage + (Tr::kRows + w) * Tr::kTile; };
@@ -497,10 +504,10 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int b = blockIdx.z / static_cast<int>(p.H), h = blockIdx.z % static_cast<int>(p.H);
   const int steps = static_cast<int>((p.N + Tr::kBlockM - 1) / Tr::kBlockM);
 
-  init_barriers(ring, resident, Tr::kThreads);
+  init_barriers(ring, resident);
   auto issue = [&](int step) {
     constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + Tr::kRows * Tr::kStatRow;
-    const int s = ring.acquire(step, bytes), i0 = step * Tr::kBlockM;
+    const int s = ring.arm(step, bytes), i0 = step * Tr::kBlockM;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0, r0 + w, b);
       tma_load_5d(do_tile(s, w), &maps.d_o, ring.filled(s), 0, h, i0, r0 + w, b);
@@ -569,8 +576,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       fence_registers(dv);
       fence_registers(dk);
     }
-    ring.release(s);
-    refill<Tr::kStages>(step, steps, issue);
+    release(ring, s, wg, step, steps, issue);
   }
   if (!live) return;
 
@@ -602,7 +608,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   unsigned char* smem = aligned_1024(smem_raw);
   unsigned char* bias_tiles = smem;  // kRows tiles
   unsigned char* stages = smem + Tr::kRows * Tr::kBiasTile;
-  __shared__ Ring<Tr::kStages> ring;
+  __shared__ KernelRing<Tr::kStages> ring;
   __shared__ uint64_t resident;
   auto q_tile = [&](int s, int w) { return stages + s * Tr::kRowStage + w * Tr::kTile; };
   auto do_tile = [&](int s, int w) { return stages + s * Tr::kRowStage + (Tr::kRows + w) * Tr::kTile; };
@@ -621,10 +627,10 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int r_end = static_cast<int>(r_begin + rows_per < p.R ? r_begin + rows_per : p.R);
   const int steps = r_end - r_begin;
 
-  init_barriers(ring, resident, Tr::kThreads);
+  init_barriers(ring, resident);
   auto issue = [&](int step) {
     constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0);
-    const int s = ring.acquire(step, bytes), r = r_begin + step;
+    const int s = ring.arm(step, bytes), r = r_begin + step;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
       tma_load_5d(do_tile(s, w), &maps.d_o, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
@@ -667,8 +673,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     to_ds(x, dp, lse2, delta);
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] += x[i];
-    ring.release(s);
-    refill<Tr::kStages>(step, steps, issue);
+    release(ring, s, wg, step, steps, issue);
   }
 
   float* out = p.dbias_partial + (chunk * p.B * p.H + bh) * p.N * p.N;
