@@ -19,10 +19,10 @@ from torch.profiler import ProfilerActivity, profile
 H, D, REPS = 4, 32, 10
 TENSOR_PEAK, EXP_PEAK = 989e12, 132 * 16 * 1.98e9
 # (pattern, label, products), matched in this order. The sm_90a forward and dQ are one
-# template whose last argument says which.
+# template whose fifth argument (kGrad) says which.
 PRODUCTS = [
-    (r"tma_wgmma_key_loop_kernel<[^>]*false>", "sm_90a forward", 2),
-    (r"tma_wgmma_key_loop_kernel<[^>]*true>", "sm_90a dQ", 3),
+    (r"tma_wgmma_key_loop_kernel<[^,]*, 32, \w+, \w+, false", "sm_90a forward", 2),
+    (r"tma_wgmma_key_loop_kernel<[^,]*, 32, \w+, \w+, true", "sm_90a dQ", 3),
     (r"tma_wgmma_dkv_kernel", "sm_90a dK/dV", 4),
     (r"tma_wgmma_dbias_kernel", "sm_90a bias gradient", 2),
     (r"forward_kernel", "forward", 2),

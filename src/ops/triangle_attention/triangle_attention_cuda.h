@@ -26,6 +26,10 @@ struct TriangleAttentionParams {
   const void* bias;
   const void* bias_rows;
   int64_t bias_ld;
+  // The sm_90a forward's, dQ's and bias gradient's copy of bias / scale in 64 x 64 tiles of floats
+  // in score-fragment order ([B * H, T, T, 4096], T = ceil(N / 64)), written by those kernels'
+  // launch; null without a bias or off sm_90a.
+  float* bias_fragments;
   // [B, R, N] float, additive key mask: 0 = attend, -inf = masked; or null (all keys
   // attended). Rows are mask_ld >= N floats apart; the sm_90a forward needs mask_ld a
   // multiple of 64 with -inf past N.

@@ -10,7 +10,9 @@
 //   warpgroup w computes row r0 + w. All rows of a block share one bias tile per key step
 //   (the bias does not depend on r), so the bias bytes per score fall by kRows against a
 //   block per row. Per 64-key step:
-//     S = Q K^T          wgmma m64n64k16 x2, both operands in shared memory
+//     S = bias / scale + Q K^T   the accumulators start at the bias, stored as floats in the
+//                        order the threads hold the scores (bias_fragments_kernel), and
+//                        wgmma m64n64k16 x2 adds the product (both operands in shared memory)
 //     forward: online softmax (base 2) in registers, O += P V (m64n32k16 x4, P from
 //       registers, V read transposed from shared memory)
 //     dQ: dP = dO V^T, dS = P (dP - delta), dQ += dS K
@@ -18,7 +20,8 @@
 //   tile, shared by the rows, and each row's lse and delta). Per 64-query step, transposed:
 //     S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q
 // - Bias gradient: block = 128 queries x 64 keys of one (b, h) and a chunk of rows r; each
-//   warpgroup keeps sum_r dS of its 64 x 64 in registers while the rows stream through.
+//   warpgroup keeps sum_r dS of its 64 x 64 in registers while the rows stream through (its
+//   bias fragments resident).
 // The counts behind the shape (N=768, H=4, d=32): per score 4d = 128 tensor FLOPs against
 // one exponential and ~8 other float instructions, so the exponential unit (16/clock/SM) and
 // the instruction issue, not the tensor cores, bound these kernels; wgmma frees the issue
@@ -28,6 +31,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -55,26 +59,31 @@ struct Traits {
   static constexpr int kSwizzle = D * 2;   // bytes per row of a q/k/v tile
   static constexpr int kTile = 64 * kSwizzle;             // a 64-row q, k, v or dO tile
   static constexpr int kBiasTile = kBlockM * kBlockN * 2;  // 64 x 64, 128-byte rows
+  static constexpr int kBiasFragments = kBlockM * kBlockN * 4;  // 64 x 64 floats in score order
   static constexpr int kMaskRow = kBlockN * 4;             // the key mask of one row r
   static constexpr int kStatRow = kBlockM * 8;             // (lse, delta) of 64 queries
   static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
-  // Ring depths: the deepest that keeps two blocks' shared memory within the SM's 228 KB.
-  static constexpr int kForwardStages = 4;
+  // Ring depth: the deepest that keeps two blocks' shared memory within the SM's 228 KB.
   static constexpr int kStages = 3;
-  // Forward and dQ: per step, the keys and values of every row, the shared bias tile, the
-  // key masks; resident: the queries (and dO) of every row.
-  static constexpr int kKeyStage = align(2 * kRows * kTile + kBiasTile + kRows * kMaskRow);
-  static constexpr int key_smem(bool grad) {
-    return (grad ? 2 : 1) * kRows * kTile + (grad ? kStages : kForwardStages) * kKeyStage + 1024;  // + alignment slack
-  }
+  // Forward and dQ: per step, the keys and values of every row, the shared bias tile (as
+  // fragments of floats), the key masks; resident: the queries (and dO) of every row.
+  // dQ's ring has 2 slots: with the bias as floats 3 do not fit twice per SM beside the
+  // resident queries and dO. Against 3 slots of the bias itself (the unpacking and scaling of
+  // every score that the floats save) it measured 1.13 against 1.20 ms at N = 768.
+  static constexpr int kGradStages = 2;
+  static constexpr int kKeyStage = align(2 * kRows * kTile + kBiasFragments + kRows * kMaskRow);
+  static constexpr int kForwardSmem = kRows * kTile + kStages * kKeyStage + 1024;  // + alignment slack
+  static constexpr int kGradSmem = 2 * kRows * kTile + kGradStages * kKeyStage + 1024;
   // dK/dV: per step, the queries, dO and statistics of every row and the shared bias tile;
   // resident: the keys and values of every row.
+  // Its bias stays a bf16 tile, read transposed by ldmatrix: as floats it needs 2 slots too,
+  // and measured 1.58 against 1.55 ms at N = 768.
   static constexpr int kQueryStage = align(2 * kRows * kTile + kBiasTile + kRows * kStatRow);
   static constexpr int kQuerySmem = 2 * kRows * kTile + kStages * kQueryStage + 1024;
   // Bias gradient: per step (row r), queries and dO of both halves, keys, values, key mask;
-  // resident: the bias tile of both halves.
+  // resident: the bias fragments of both halves.
   static constexpr int kRowStage = align(2 * kRows * kTile + 2 * kTile + kMaskRow);
-  static constexpr int kRowSmem = kRows * kBiasTile + kStages * kRowStage + 1024;
+  static constexpr int kRowSmem = kRows * kBiasFragments + kStages * kRowStage + 1024;
   static_assert(kBlockM == 64 && kBlockN == 64 && D == 32, "one instantiation");
 };
 
@@ -131,21 +140,11 @@ __device__ __forceinline__ float quad_max(float v) {
 // the warpgroup holds rows 16w + g and 16w + g + 8, columns 8c + 2t and 8c + 2t + 1 of chunk
 // c, as x[4c + 2 half + e].
 
-// Byte offsets of this lane's ldmatrix rows in a 64 x 64 bias tile (128-byte rows, chunk c of
-// row x stored at chunk c ^ (x % 8)): load m gives 8 x 8 blocks (chunk c = 2m + lane / 16,
-// rows + 8 * ((lane / 8) % 2)), lane % 8 naming the row.
-__device__ __forceinline__ void bias_offsets(int (&at)[4], int row16, int lane) {
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int c = 2 * m + lane / 16, x = row16 + 8 * ((lane / 8) % 2) + lane % 8;
-    at[m] = x * 128 + ((c ^ (x % 8)) * 16);
-  }
-}
-
-// The same for a transposed read (the dK/dV kernel's scores are S^T: rows are keys, columns
-// queries, and the tile's rows queries): load m gives the 8 x 8 blocks of query rows
-// 8c..8c+7 (c = 2m + lane / 16) and key chunk 2 (row16 / 16) + (lane / 8) % 2, which
-// ldmatrix.trans hands out in the score layout.
+// The dK/dV kernel reads its bias from a 64 x 64 bf16 tile (queries as rows of 128 bytes,
+// 16-byte chunk c of row x stored at chunk c ^ (x % 8)), transposed: its scores are S^T (rows
+// keys, columns queries). Byte offsets of this lane's ldmatrix rows: load m gives the 8 x 8
+// blocks of query rows 8c..8c+7 (c = 2m + lane / 16) and key chunk 2 (row16 / 16) +
+// (lane / 8) % 2, which ldmatrix.trans hands out in the score layout.
 __device__ __forceinline__ void bias_offsets_transposed(int (&at)[4], int row16, int lane) {
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
@@ -165,17 +164,6 @@ __device__ __forceinline__ void load_bias_transposed(uint32_t (&bf)[16], const u
   }
 }
 
-// The bias of this thread's scores, packed pairs bf[2c + half] (16 registers).
-__device__ __forceinline__ void load_bias(uint32_t (&bf)[16], const unsigned char* tile, const int (&at)[4]) {
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    uint32_t x[4];
-    mma::ldmatrix_x4(x, tile + at[m]);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) bf[4 * m + e] = x[e];
-  }
-}
-
 template <typename T>
 __device__ __forceinline__ void scale_add_bias(float (&x)[32], const uint32_t (&bf)[16], float scale) {
 #pragma unroll
@@ -185,20 +173,26 @@ __device__ __forceinline__ void scale_add_bias(float (&x)[32], const uint32_t (&
   }
 }
 
-// The same for the columns 16 m0 .. 16 m0 + NX - 1 of the tile, the bias read 16 columns at
-// a time (4 registers live).
-template <typename T, int NX>
-__device__ __forceinline__ void scale_add_bias(float (&x)[NX], const unsigned char* tile, const int (&at)[4], int m0,
-                                               float scale) {
+// The forward and the bias gradient start their score accumulators at bias / scale, read in
+// the order the threads hold the scores (prepared by bias_fragments_kernel): thread `lane` of
+// warp w of a warpgroup reads its 32 values as eight 16-byte pieces, x[4c..4c+3] from
+// ((8w + c) * 32 + lane) * 16 bytes into the tile, which a warp reads as 512 contiguous bytes.
+// The product then adds Q K^T on top, and the scale moves into the exponential's multiplier:
+// the kernels work on unscaled logits u = bias / scale + q.k, exp(scale u - m) = 2^(c u - m')
+// with c = scale log2(e), which saves the unpacking of the bias and the scaling of every score.
+// The tile of (b, h), queries qt, keys kt.
+__device__ __forceinline__ const float* bias_fragment_tile(const TriangleAttentionParams& p, int64_t bh, int64_t qt,
+                                                          int64_t kt) {
+  const int64_t tiles = (p.N + 63) / 64;
+  return p.bias_fragments + ((bh * tiles + qt) * tiles + kt) * 64 * 64;
+}
+
+__device__ __forceinline__ void load_bias_fragments(float (&x)[32], const unsigned char* tile, int warp16, int lane) {
+  const float4* at = reinterpret_cast<const float4*>(tile) + warp16 * 8 * 32 + lane;
 #pragma unroll
-  for (int m = 0; m < NX / 8; ++m) {
-    uint32_t bf[4];
-    mma::ldmatrix_x4(bf, tile + at[m0 + m]);
-#pragma unroll
-    for (int i = 8 * m; i < 8 * m + 8; ++i) {
-      const float2 b = mma::unpack2<T>(bf[(i - 8 * m) / 2]);
-      x[i] = fmaf(x[i], scale, i % 2 == 0 ? b.x : b.y);
-    }
+  for (int c = 0; c < 8; ++c) {
+    const float4 v = at[32 * c];
+    x[4 * c] = v.x, x[4 * c + 1] = v.y, x[4 * c + 2] = v.z, x[4 * c + 3] = v.w;
   }
 }
 
@@ -221,14 +215,15 @@ __device__ __forceinline__ void mask_tail(float (&x)[NX], int64_t j0, int64_t N,
     if (j0 + 8 * (i / 4) + 2 * t + i % 2 >= N) x[i] = -INFINITY;
 }
 
-// dS = P * (dP - delta) with P = 2^(log2(e) x - lse2), in place in x (lse2 = +inf: P = 0).
+// dS = P * (dP - delta) with P = 2^(to_log2 x - lse2), in place in x (lse2 = +inf: P = 0);
+// to_log2 is log2(e) for scaled logits, scale log2(e) for unscaled ones.
 template <int NX>
 __device__ __forceinline__ void to_ds(float (&x)[NX], const float (&dp)[NX], const float (&lse2)[2],
-                                      const float (&delta)[2]) {
+                                      const float (&delta)[2], float to_log2) {
 #pragma unroll
   for (int i = 0; i < NX; ++i) {
     const int half = (i / 2) % 2;
-    x[i] = exp2_approx(fmaf(x[i], kLog2e, -lse2[half])) * (dp[i] - delta[half]);
+    x[i] = exp2_approx(fmaf(x[i], to_log2, -lse2[half])) * (dp[i] - delta[half]);
   }
 }
 
@@ -261,19 +256,13 @@ __device__ __forceinline__ void gemm_rows(float (&acc)[16], const uint32_t (&a)[
   fence_registers(acc);
 }
 
-// x (64 x 2NX) = A B^T over d = 32 (two k-steps), A 64 rows, B 2NX rows, both K-major.
-// Issued, not waited for.
-template <typename T, int kSwizzle, int NX>
-__device__ __forceinline__ void issue_scores(float (&x)[NX], const unsigned char* a, const unsigned char* b) {
+// x (64 x 64) = A B^T over d = 32 (two k-steps), A 64 rows, B 64 rows, both K-major; with
+// kAdd, x += A B^T. Issued, not waited for.
+template <typename T, int kSwizzle, bool kAdd = false>
+__device__ __forceinline__ void issue_scores(float (&x)[32], const unsigned char* a, const unsigned char* b) {
   const uint64_t da = smem_desc<kSwizzle>(a), db = smem_desc<kSwizzle>(b);
-  if constexpr (NX == 32) {
-    wgmma_64x64_ss<T>(x, da, db, false);
-    wgmma_64x64_ss<T>(x, desc_add(da, 32), desc_add(db, 32), true);
-  } else {
-    static_assert(NX == 16, "64- or 32-key blocks");
-    wgmma_64x32_ss<T>(x, da, db, false);
-    wgmma_64x32_ss<T>(x, desc_add(da, 32), desc_add(db, 32), true);
-  }
+  wgmma_64x64_ss<T>(x, da, db, kAdd);
+  wgmma_64x64_ss<T>(x, desc_add(da, 32), desc_add(db, 32), true);
 }
 
 // The lse (base 2) and delta of rows i and i + 8 of one (b, r, h) ([B, R, H, N] arrays);
@@ -325,7 +314,9 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     tma_wgmma_key_loop_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   using Tr = Traits<D>;
-  constexpr int kStages = kGrad ? Tr::kStages : Tr::kForwardStages;
+  constexpr int kStages = kGrad ? Tr::kGradStages : Tr::kStages;
+  constexpr int kStage = Tr::kKeyStage;
+  constexpr int kBiasBytes = Tr::kBiasFragments;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_1024(smem_raw);
   unsigned char* q_tiles = smem;                          // kRows tiles
@@ -333,12 +324,10 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   unsigned char* stages = smem + (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile;
   __shared__ KernelRing<kStages> ring;
   __shared__ uint64_t resident;
-  auto k_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + w * Tr::kTile; };
-  auto v_tile = [&](int s, int w) { return stages + s * Tr::kKeyStage + (Tr::kRows + w) * Tr::kTile; };
-  auto bias_tile = [&](int s) { return stages + s * Tr::kKeyStage + 2 * Tr::kRows * Tr::kTile; };
-  auto mask_row = [&](int s, int w) {
-    return reinterpret_cast<float*>(bias_tile(s) + Tr::kBiasTile + w * Tr::kMaskRow);
-  };
+  auto k_tile = [&](int s, int w) { return stages + s * kStage + w * Tr::kTile; };
+  auto v_tile = [&](int s, int w) { return stages + s * kStage + (Tr::kRows + w) * Tr::kTile; };
+  auto bias_tile = [&](int s) { return stages + s * kStage + 2 * Tr::kRows * Tr::kTile; };
+  auto mask_row = [&](int s, int w) { return reinterpret_cast<float*>(bias_tile(s) + kBiasBytes + w * Tr::kMaskRow); };
 
   const int warp = warp_index(), lane = threadIdx.x % 32;
   const int i0 = blockIdx.x * Tr::kBlockM, r0 = blockIdx.y * Tr::kRows;
@@ -348,14 +337,15 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   init_barriers(ring, resident);
   auto issue = [&](int step) {
     constexpr uint32_t bytes =
-        2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
+        2 * Tr::kRows * Tr::kTile + (kBias ? kBiasBytes : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
     const int s = ring.arm(step, bytes), j0 = step * Tr::kBlockN;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(k_tile(s, w), &maps.k, ring.filled(s), 0, h, j0, r0 + w, b);
       tma_load_5d(v_tile(s, w), &maps.v, ring.filled(s), 0, h, j0, r0 + w, b);
       if constexpr (kMask) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
     }
-    if constexpr (kBias) tma_load_3d(bias_tile(s), &maps.bias, ring.filled(s), j0, i0, blockIdx.z);
+    if constexpr (kBias)
+      bulk_load(bias_tile(s), bias_fragment_tile(p, blockIdx.z, blockIdx.x, step), Tr::kBiasFragments, ring.filled(s));
   };
   if (threadIdx.x == 0) {
     barrier_expect_bytes(&resident, (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile);
@@ -372,8 +362,6 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const bool live = r < p.R;
   const int64_t i_first = i0 + row16 + g;  // this thread's rows: i_first, i_first + 8
   const int64_t stat_row = ((static_cast<int64_t>(b) * p.R + r) * p.H + h) * p.N;
-  int bias_at[4];
-  bias_offsets(bias_at, row16, lane);
   float lse2[2] = {0.f, 0.f}, delta[2] = {0.f, 0.f};
   if (kGrad && live) row_stats(p, stat_row, i_first, lse2, delta);
   barrier_wait(&resident, 0);
@@ -387,64 +375,61 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     const int64_t j0 = static_cast<int64_t>(step) * Tr::kBlockN;
     if (live) {
       float x[32];
-      uint32_t bf[16];  // the bias, fetched while the products run
       if constexpr (kGrad) {
-        // dQ: S = Q K^T and dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+        // dQ: S = bias / scale + Q K^T (unscaled logits) and dP = dO V^T, dS = P (dP - delta),
+        // dQ += dS K.
         float dp[32];
+        if constexpr (kBias) load_bias_fragments(x, bias_tile(s), warp % 4, lane);
         wgmma_fence();
-        issue_scores<T, Tr::kSwizzle, 32>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
-        issue_scores<T, Tr::kSwizzle, 32>(dp, do_tiles + wg * Tr::kTile, v_tile(s, wg));
+        issue_scores<T, Tr::kSwizzle, kBias>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
+        issue_scores<T, Tr::kSwizzle>(dp, do_tiles + wg * Tr::kTile, v_tile(s, wg));
         wgmma_commit();
-        if constexpr (kBias) load_bias(bf, bias_tile(s), bias_at);
         wgmma_wait<0>();
         fence_registers(x);
         fence_registers(dp);
-        if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
-        else for (float& v : x) v *= p.scale;
         if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
         else mask_tail(x, j0, p.N, t);
-        to_ds(x, dp, lse2, delta);
+        to_ds(x, dp, lse2, delta, p.scale * kLog2e);
         uint32_t a[4][4];
         to_a_fragments<T, 32>(a, x);
         gemm_rows<T, Tr::kSwizzle, 4>(acc, a, k_tile(s, wg));
       } else {
-        // Forward: S = Q K^T, online softmax, O += P V.
+        // Forward: S = bias / scale + Q K^T (unscaled logits), online softmax, O += P V.
+        if constexpr (kBias) load_bias_fragments(x, bias_tile(s), warp % 4, lane);
         wgmma_fence();
-        issue_scores<T, Tr::kSwizzle, 32>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
+        issue_scores<T, Tr::kSwizzle, kBias>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
         wgmma_commit();
-        if constexpr (kBias) load_bias(bf, bias_tile(s), bias_at);
         wgmma_wait<0>();
         fence_registers(x);
-        if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
-        else for (float& v : x) v *= p.scale;
         if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
         else mask_tail(x, j0, p.N, t);
+        const float to_log2 = p.scale * kLog2e;  // unscaled logits to base-2 exponents
         float off[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           float mx[8];
 #pragma unroll
-          for (int c = 0; c < 8; ++c) mx[c] = fmaxf(x[4 * c + 2 * half], x[4 * c + 2 * half + 1]);
+          for (int k = 0; k < 8; ++k) mx[k] = fmaxf(x[4 * k + 2 * half], x[4 * k + 2 * half + 1]);
 #pragma unroll
           for (int w = 4; w > 0; w /= 2)
 #pragma unroll
-            for (int c = 0; c < w; ++c) mx[c] = fmaxf(mx[c], mx[c + w]);
+            for (int k = 0; k < w; ++k) mx[k] = fmaxf(mx[k], mx[k + w]);
           const float m_new = fmaxf(m[half], quad_max(mx[0]));
           // A row with no valid key so far keeps max -inf; subtract 0 instead (all terms are 0).
           const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float corr = exp2_approx((m[half] - m_use) * kLog2e);
+          const float corr = exp2_approx((m[half] - m_use) * to_log2);
           m[half] = m_new;
-          off[half] = -m_use * kLog2e;
+          off[half] = -m_use * to_log2;
           l[half] *= corr;
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[4 * c + 2 * half] *= corr, acc[4 * c + 2 * half + 1] *= corr;
+          for (int k = 0; k < 4; ++k) acc[4 * k + 2 * half] *= corr, acc[4 * k + 2 * half + 1] *= corr;
         }
         uint32_t a[4][4];
 #pragma unroll
         for (int i = 0; i < 32; i += 2) {  // pairs: half the length of the row-sum chains
           const int half = (i / 2) % 2;
-          const float p0 = exp2_approx(fmaf(x[i], kLog2e, off[half]));
-          const float p1 = exp2_approx(fmaf(x[i + 1], kLog2e, off[half]));
+          const float p0 = exp2_approx(fmaf(x[i], to_log2, off[half]));
+          const float p1 = exp2_approx(fmaf(x[i + 1], to_log2, off[half]));
           l[half] += p0 + p1;
           a[i / 8][((i / 4) % 2) * 2 + half] = pack2<T>(p0, p1);
         }
@@ -466,7 +451,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
       inv[half] = l[half] > 0.f ? 1.f / l[half] : 0.f;  // a fully masked row gives zeros
       const int64_t i = i_first + 8 * half;
-      if (t == 0 && i < p.N) p.lse[stat_row + i] = l[half] > 0.f ? fmaf(m[half], kLog2e, log2f(l[half])) : INFINITY;
+      if (t == 0 && i < p.N)
+        p.lse[stat_row + i] = l[half] > 0.f ? fmaf(m[half], p.scale * kLog2e, log2f(l[half])) : INFINITY;
     }
     store_rows<T>(p.o, p, b, r, h, i_first, acc, inv, nullptr, t);
     // The gated output straight from the registers: the gate costs no extra pass over o.
@@ -485,18 +471,21 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     tma_wgmma_dkv_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   using Tr = Traits<D>;
+  constexpr int kStages = Tr::kStages;
+  constexpr int kStage = Tr::kQueryStage;
+  constexpr int kBiasBytes = Tr::kBiasTile;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_1024(smem_raw);
   unsigned char* k_tiles = smem;                          // kRows tiles
   unsigned char* v_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles
   unsigned char* stages = smem + 2 * Tr::kRows * Tr::kTile;
-  __shared__ KernelRing<Tr::kStages> ring;
+  __shared__ KernelRing<kStages> ring;
   __shared__ uint64_t resident;
-  auto q_tile = [&](int s, int w) { return stages + s * Tr::kQueryStage + w * Tr::kTile; };
-  auto do_tile = [&](int s, int w) { return stages + s * Tr::kQueryStage + (Tr::kRows + w) * Tr::kTile; };
-  auto bias_tile = [&](int s) { return stages + s * Tr::kQueryStage + 2 * Tr::kRows * Tr::kTile; };
+  auto q_tile = [&](int s, int w) { return stages + s * kStage + w * Tr::kTile; };
+  auto do_tile = [&](int s, int w) { return stages + s * kStage + (Tr::kRows + w) * Tr::kTile; };
+  auto bias_tile = [&](int s) { return stages + s * kStage + 2 * Tr::kRows * Tr::kTile; };
   auto stat_row = [&](int s, int w) {
-    return reinterpret_cast<const float4*>(bias_tile(s) + Tr::kBiasTile + w * Tr::kStatRow);
+    return reinterpret_cast<const float4*>(bias_tile(s) + kBiasBytes + w * Tr::kStatRow);
   };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -506,7 +495,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
   init_barriers(ring, resident);
   auto issue = [&](int step) {
-    constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + (kBias ? Tr::kBiasTile : 0) + Tr::kRows * Tr::kStatRow;
+    constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + (kBias ? kBiasBytes : 0) + Tr::kRows * Tr::kStatRow;
     const int s = ring.arm(step, bytes), i0 = step * Tr::kBlockM;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0, r0 + w, b);
@@ -522,7 +511,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       tma_load_5d(v_tiles + w * Tr::kTile, &maps.v, &resident, 0, h, j0, r0 + w, b);
     }
   }
-  prefetch<Tr::kStages>(steps, issue);
+  prefetch<kStages>(steps, issue);
 
   // Warpgroup wg: the keys of row r; scores transposed (rows keys, columns queries).
   const int wg = warp / 4, g = lane / 4, t = lane % 4, row16 = 16 * (warp % 4);
@@ -540,8 +529,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     if (live) {
       float x[32], dp[32];
       wgmma_fence();
-      issue_scores<T, Tr::kSwizzle, 32>(x, k_tiles + wg * Tr::kTile, q_tile(s, wg));
-      issue_scores<T, Tr::kSwizzle, 32>(dp, v_tiles + wg * Tr::kTile, do_tile(s, wg));
+      issue_scores<T, Tr::kSwizzle>(x, k_tiles + wg * Tr::kTile, q_tile(s, wg));
+      issue_scores<T, Tr::kSwizzle>(dp, v_tiles + wg * Tr::kTile, do_tile(s, wg));
       wgmma_commit();
       uint32_t bf[16];
       if constexpr (kBias) load_bias_transposed(bf, bias_tile(s), bias_at);
@@ -549,7 +538,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       fence_registers(x);
       fence_registers(dp);
       if constexpr (kBias) scale_add_bias<T>(x, bf, p.scale);
-      else for (float& v : x) v *= p.scale;
+      const float to_log2 = kBias ? kLog2e : p.scale * kLog2e;  // (un)scaled logits to base-2 exponents
       // P^T and dS^T straight into the A fragments of dV += P^T dO and dK += dS^T Q; the
       // statistics of columns 8c + 2t, +1 are one 16-byte (lse, delta, lse, delta) load.
       uint32_t ap[4][4], as[4][4];
@@ -560,8 +549,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int i = 4 * c + 2 * half;
-          const float p0 = exp2_approx(fmaf(x[i], kLog2e, -st.x));
-          const float p1 = exp2_approx(fmaf(x[i + 1], kLog2e, -st.z));
+          const float p0 = exp2_approx(fmaf(x[i], to_log2, -st.x));
+          const float p1 = exp2_approx(fmaf(x[i + 1], to_log2, -st.z));
           ap[c / 2][(c % 2) * 2 + half] = pack2<T>(p0, p1);
           as[c / 2][(c % 2) * 2 + half] = pack2<T>(p0 * (dp[i] - st.y), p1 * (dp[i + 1] - st.w));
         }
@@ -606,8 +595,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   using Tr = Traits<D>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_1024(smem_raw);
-  unsigned char* bias_tiles = smem;  // kRows tiles
-  unsigned char* stages = smem + Tr::kRows * Tr::kBiasTile;
+  unsigned char* bias_tiles = smem;  // kRows tiles of fragments
+  unsigned char* stages = smem + Tr::kRows * Tr::kBiasFragments;
   __shared__ KernelRing<Tr::kStages> ring;
   __shared__ uint64_t resident;
   auto q_tile = [&](int s, int w) { return stages + s * Tr::kRowStage + w * Tr::kTile; };
@@ -640,16 +629,19 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     if constexpr (kMask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
   };
   if (threadIdx.x == 0) {
-    barrier_expect_bytes(&resident, Tr::kRows * Tr::kBiasTile);
-    for (int w = 0; w < Tr::kRows; ++w)
-      tma_load_3d(bias_tiles + w * Tr::kBiasTile, &maps.bias, &resident, j0, i0 + w * Tr::kBlockM, blockIdx.z);
+    // The second half's tile past N (N <= i0 + 64) is read from the last query tile instead:
+    // those rows are never stored.
+    barrier_expect_bytes(&resident, Tr::kRows * Tr::kBiasFragments);
+    for (int w = 0; w < Tr::kRows; ++w) {
+      const int64_t qt = min(static_cast<int64_t>(i0 / Tr::kBlockM + w), key_tiles - 1);
+      bulk_load(bias_tiles + w * Tr::kBiasFragments, bias_fragment_tile(p, bh, qt, j0 / Tr::kBlockN),
+                Tr::kBiasFragments, &resident);
+    }
   }
   prefetch<Tr::kStages>(steps, issue);
 
   const int wg = warp / 4, g = lane / 4, t = lane % 4, row16 = 16 * (warp % 4);
   const int64_t i_first = i0 + wg * Tr::kBlockM + row16 + g;
-  int bias_at[4];
-  bias_offsets(bias_at, row16, lane);
   barrier_wait(&resident, 0);
 
   float acc[32];  // sum_r dS
@@ -659,18 +651,18 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     const int s = ring.wait(step);
     float lse2[2], delta[2];
     row_stats(p, ((static_cast<int64_t>(b) * p.R + r_begin + step) * p.H + h) * p.N, i_first, lse2, delta);
-    float x[32], dp[32];
+    float x[32], dp[32];  // unscaled logits (see load_bias_fragments), dP
+    load_bias_fragments(x, bias_tiles + wg * Tr::kBiasFragments, warp % 4, lane);
     wgmma_fence();
-    issue_scores<T, Tr::kSwizzle, 32>(x, q_tile(s, wg), k_tile(s));
-    issue_scores<T, Tr::kSwizzle, 32>(dp, do_tile(s, wg), v_tile(s));
+    issue_scores<T, Tr::kSwizzle, true>(x, q_tile(s, wg), k_tile(s));
+    issue_scores<T, Tr::kSwizzle>(dp, do_tile(s, wg), v_tile(s));
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(x);
     fence_registers(dp);
-    scale_add_bias<T, 32>(x, bias_tiles + wg * Tr::kBiasTile, bias_at, 0, p.scale);
     if constexpr (kMask) add_key_mask(x, mask_row(s), t);
     else mask_tail(x, j0, p.N, t);
-    to_ds(x, dp, lse2, delta);
+    to_ds(x, dp, lse2, delta, p.scale * kLog2e);
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] += x[i];
     release(ring, s, wg, step, steps, issue);
@@ -683,6 +675,31 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     if (row < p.N && col < p.N) out[row * p.N + col] = acc[i];
   }
 #endif
+}
+
+// bias_fragments[bh][qt][kt] = the 64 x 64 tile (queries qt, keys kt) of bias / scale in the
+// order the score fragments hold it (load_bias_fragments), zeros past N. One thread per value.
+template <typename T>
+__global__ void bias_fragments_kernel(const TriangleAttentionParams p) {
+  const int64_t tiles = (p.N + 63) / 64, total = p.B * p.H * tiles * tiles * 4096;
+  const float inv_scale = 1.f / p.scale;
+  for (int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; at < total;
+       at += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int e = at % 4, lane = (at / 4) % 32, c = (at / 128) % 8, w = (at / 1024) % 4;
+    const int64_t tile = at / 4096, kt = tile % tiles, qt = (tile / tiles) % tiles, bh = tile / (tiles * tiles);
+    const int64_t i = qt * 64 + 16 * w + lane / 4 + 8 * (e / 2), j = kt * 64 + 8 * c + 2 * (lane % 4) + e % 2;
+    float v = 0.f;
+    if (i < p.N && j < p.N) v = mma::to_float(static_cast<const T*>(p.bias)[(bh * p.N + i) * p.N + j]) * inv_scale;
+    p.bias_fragments[at] = v;
+  }
+}
+
+void make_bias_fragments(const TriangleAttentionParams& p, cudaStream_t stream) {
+  MF_CHECK(p.bias_fragments != nullptr, "triangle_attention sm_90a kernels: no bias fragment workspace");
+  const int64_t tiles = (p.N + 63) / 64, total = p.B * p.H * tiles * tiles * 4096;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65536));
+  if (p.dtype == DType::kBFloat16) launch_kernel(bias_fragments_kernel<__nv_bfloat16>, blocks, 256, 0, stream, p);
+  else launch_kernel(bias_fragments_kernel<__half>, blocks, 256, 0, stream, p);
 }
 
 // ---- host side ----
@@ -774,7 +791,8 @@ void launch_key_loop(const TriangleAttentionParams& p, cudaStream_t stream) {
   check_grid(x, y, z);
   const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
   const char* name = kGrad ? "sm_90a dQ kernel" : "sm_90a forward kernel";
-  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, Tr::key_smem(kGrad), stream, maps, p); };
+  const int smem = kGrad ? Tr::kGradSmem : Tr::kForwardSmem;
+  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, smem, stream, maps, p); };
   const bool bias = p.bias != nullptr, mask = p.mask != nullptr;
   if (bias && mask) run(tma_wgmma_key_loop_kernel<T, D, true, true, kGrad>);
   else if (bias) run(tma_wgmma_key_loop_kernel<T, D, true, false, kGrad>);
@@ -828,6 +846,7 @@ bool tma_operand(const void* ptr, const int64_t (&stride)[5], int64_t elem_bytes
 void forward_wgmma(const TriangleAttentionParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   MF_CHECK(p.d == 32, "triangle_attention sm_90a kernels: head dim ", p.d, " is not instantiated");
+  if (p.bias != nullptr) make_bias_fragments(p, s);
   if (p.dtype == DType::kBFloat16) return launch_key_loop<__nv_bfloat16, 32, false>(p, s);
   MF_CHECK(p.dtype == DType::kFloat16, "triangle_attention sm_90a kernels take fp16/bf16");
   launch_key_loop<__half, 32, false>(p, s);
@@ -839,6 +858,7 @@ void backward_wgmma(const TriangleAttentionParams& p, void* stream) {
   MF_CHECK(p.dtype != DType::kFloat32, "triangle_attention sm_90a kernels take fp16/bf16");
   const bool bf16 = p.dtype == DType::kBFloat16;
   MF_CHECK(p.stats != nullptr && p.stats_ld % 2 == 0, "triangle_attention sm_90a backward: no (lse, delta) pairs");
+  if (p.bias != nullptr) make_bias_fragments(p, s);  // for dQ and the bias gradient
   bf16 ? launch_key_loop<__nv_bfloat16, 32, true>(p, s) : launch_key_loop<__half, 32, true>(p, s);
   bf16 ? launch_dkv<__nv_bfloat16, 32>(p, s) : launch_dkv<__half, 32>(p, s);
   if (p.bias == nullptr) return;
