@@ -208,7 +208,13 @@ struct SelfFilledRing {
   // Named barriers 1..kGroups are the warpgroups'.
   __device__ __forceinline__ bool release(int s, int wg) {
     named_barrier(1 + wg, 128);
-    return threadIdx.x % 128 == 0 && atomicAdd(&released[s], 1) % kGroups == kGroups - 1;
+    if (threadIdx.x % 128 != 0) return false;
+    // Fences on both sides make the count a release (this warpgroup's reads of the slot) and,
+    // for the last, an acquire (the other warpgroups' reads) before it overwrites the slot.
+    __threadfence_block();
+    const bool last = atomicAdd(&released[s], 1) % kGroups == kGroups - 1;
+    __threadfence_block();
+    return last;
   }
 };
 
@@ -283,23 +289,6 @@ __device__ __forceinline__ void wgmma_64x8_ss(float (&d)[4], uint64_t a, uint64_
   if constexpr (kIsBf16<T>) MEGAFOLD_WGMMA_64x8_SS("bf16");
   else MEGAFOLD_WGMMA_64x8_SS("f16");
 #undef MEGAFOLD_WGMMA_64x8_SS
-}
-
-// D[64x32] (+)= A[64x16] B[16x32], both from shared memory, both K-major.
-template <typename T>
-__device__ __forceinline__ void wgmma_64x32_ss(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
-#define MEGAFOLD_WGMMA_64x32_SS(TYPE)                                                                       \
-  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %18, 0;\n"                                           \
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE                                 \
-               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, acc, 1, 1, " \
-               "0, 0;\n}\n"                                                                                \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),       \
-                 "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),   \
-                 "+f"(d[14]), "+f"(d[15])                                                                  \
-               : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)))
-  if constexpr (kIsBf16<T>) MEGAFOLD_WGMMA_64x32_SS("bf16");
-  else MEGAFOLD_WGMMA_64x32_SS("f16");
-#undef MEGAFOLD_WGMMA_64x32_SS
 }
 
 // D[64x32] += A[64x16] B[16x32]: A from registers (the accumulator layout of a previous

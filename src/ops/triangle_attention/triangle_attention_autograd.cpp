@@ -88,14 +88,17 @@ at::Tensor tma_rows(const at::Tensor& bias) {
   return r;
 }
 
-// For the sm_90a kernels: the bias with TMA-readable rows and the workspace of its score-order
-// tiles, kept alive by the caller.
-std::pair<at::Tensor, at::Tensor> use_sm90(cuda::TriangleAttentionParams& p, const at::Tensor& bias) {
+// For the sm_90a kernels: the workspace of the bias's score-order tiles and, for the backward
+// (dK/dV reads the bias itself), the bias with TMA-readable rows; kept alive by the caller.
+std::pair<at::Tensor, at::Tensor> use_sm90(cuda::TriangleAttentionParams& p, const at::Tensor& bias, bool backward) {
   p.sm90 = true;
   if (!bias.defined()) return {};
-  at::Tensor rows = tma_rows(bias);
-  p.bias_rows = rows.data_ptr();
-  p.bias_ld = rows.stride(2);
+  at::Tensor rows;
+  if (backward) {
+    rows = tma_rows(bias);
+    p.bias_rows = rows.data_ptr();
+    p.bias_ld = rows.stride(2);
+  }
   const int64_t tiles = (p.N + 63) / 64;
   at::Tensor fragments = at::empty({p.B * p.H * tiles * tiles * 64 * 64}, bias.options().dtype(at::kFloat));
   p.bias_fragments = fragments.data_ptr<float>();
@@ -133,7 +136,7 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
     const at::Tensor out = gate.defined() ? dense_like(q_) : o;
     const at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(3), q.size(2)}, q.options().dtype(at::kFloat));
     cuda::TriangleAttentionParams p = make_params(q_, k_, v_, bias_, mask_f, gate_);
-    const auto sm90_bias = sm90 ? use_sm90(p, bias_) : std::pair<at::Tensor, at::Tensor>();
+    const auto sm90_bias = sm90 ? use_sm90(p, bias_, false) : std::pair<at::Tensor, at::Tensor>();
     p.o = o.data_ptr();
     p.out = out.data_ptr();
     p.lse = lse.data_ptr<float>();
@@ -164,7 +167,7 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
              : at::Tensor();
     at::Tensor dbias, partial;
     cuda::TriangleAttentionParams p = make_params(q, k, v, bias, mask, gate);
-    const auto sm90_bias = sm90 ? use_sm90(p, bias) : std::pair<at::Tensor, at::Tensor>();
+    const auto sm90_bias = sm90 ? use_sm90(p, bias, true) : std::pair<at::Tensor, at::Tensor>();
     p.o = o.data_ptr();
     p.lse = lse.data_ptr<float>();
     p.d_out = d_out.data_ptr();

@@ -31,8 +31,8 @@ struct TriangleAttentionParams {
   // launch; null without a bias or off sm_90a.
   float* bias_fragments;
   // [B, R, N] float, additive key mask: 0 = attend, -inf = masked; or null (all keys
-  // attended). Rows are mask_ld >= N floats apart; the sm_90a forward needs mask_ld a
-  // multiple of 64 with -inf past N.
+  // attended). Rows are mask_ld >= N floats apart; the sm_90a kernels, which copy whole
+  // 64-key rows of it, need mask_ld a multiple of 64 with -inf past N.
   const float* mask;
   int64_t mask_ld;
   // Forward outputs / backward inputs, contiguous [B, R, N, H, d]: o before gating (saved for

@@ -173,7 +173,7 @@ __device__ __forceinline__ void scale_add_bias(float (&x)[32], const uint32_t (&
   }
 }
 
-// The forward and the bias gradient start their score accumulators at bias / scale, read in
+// The forward, dQ and the bias gradient start their score accumulators at bias / scale, read in
 // the order the threads hold the scores (prepared by bias_fragments_kernel): thread `lane` of
 // warp w of a warpgroup reads its 32 values as eight 16-byte pieces, x[4c..4c+3] from
 // ((8w + c) * 32 + lane) * 16 bytes into the tile, which a warp reads as 512 contiguous bytes.
@@ -464,8 +464,9 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 // dK/dV: block = (b, h, 64 keys, kRows rows r); warpgroup w owns the keys of row r0 + w and
 // the ring streams query tiles (queries and dO of every row, the shared bias tile, each row's
 // (lse, delta) pairs). Queries past N arrive as zeros (TMA fills them): their P is finite and
-// meets zero dO and zero queries, so they add nothing. A masked key's dK and dV are zeroed at
-// the store (its P is zero for every query).
+// meets zero dO and zero queries, so they add nothing. The key mask is not added to the
+// scores: a masked key's P, zero in the forward, only reaches that key's own rows of dK and
+// dV, which are set to zero at the store.
 template <typename T, int D, bool kBias, bool kMask>
 __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kRegisters)
     tma_wgmma_dkv_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p) {
@@ -570,17 +571,21 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   if (!live) return;
 
   const int64_t j_first = j0 + row16 + g;
-  float keep[2] = {1.f, 1.f};
   if constexpr (kMask) {
+    // A masked key's rows are replaced, not multiplied by 0: its unmasked P can overflow to inf.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t j = j_first + 8 * half;
-      if (j < p.N && p.mask[(static_cast<int64_t>(b) * p.R + r) * p.mask_ld + j] == -INFINITY) keep[half] = 0.f;
+      if (j < p.N && p.mask[(static_cast<int64_t>(b) * p.R + r) * p.mask_ld + j] == -INFINITY) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          dk[4 * c + 2 * half] = dk[4 * c + 2 * half + 1] = dv[4 * c + 2 * half] = dv[4 * c + 2 * half + 1] = 0.f;
+      }
     }
   }
-  const float dk_mul[2] = {keep[0] * p.scale, keep[1] * p.scale};
+  const float dk_mul[2] = {p.scale, p.scale}, dv_mul[2] = {1.f, 1.f};
   store_rows<T>(p.dk, p, b, r, h, j_first, dk, dk_mul, nullptr, t);
-  store_rows<T>(p.dv, p, b, r, h, j_first, dv, keep, nullptr, t);
+  store_rows<T>(p.dv, p, b, r, h, j_first, dv, dv_mul, nullptr, t);
 #endif
 }
 
@@ -759,7 +764,7 @@ Maps make_maps(const TriangleAttentionParams& p, bool grad) {
     maps.d_o = operand_map(p.dtype, p.d_o, dense, p, 64, swizzle);
     maps.stats = stats_map(p);
   }
-  if (p.bias != nullptr) maps.bias = bias_map(p);
+  if (p.bias_rows != nullptr) maps.bias = bias_map(p);  // dK/dV's bf16 tiles
   if (p.mask != nullptr) {
     MF_CHECK(p.mask_ld % Tr::kBlockN == 0, "triangle_attention sm_90a kernels: mask rows must be padded to ",
              Tr::kBlockN, " keys");
