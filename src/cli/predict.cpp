@@ -78,8 +78,7 @@ nlohmann::json sample_confidences(nlohmann::json shared, const std::vector<uint8
   return shared;
 }
 
-// AF3's <name>_summary_confidences.json of sample k (no fraction_disordered: the ranking score
-// leaves out AF3's disorder term).
+// AF3's <name>_summary_confidences.json of sample k.
 nlohmann::json summary_confidences(const infer::PredictedEntry& r, int64_t k) {
   const at::Tensor pair = r.chain_pair_iptm[k];
   const int64_t chains = pair.size(0);
@@ -93,6 +92,7 @@ nlohmann::json summary_confidences(const infer::PredictedEntry& r, int64_t k) {
           {"iptm", r.iptm[k].item<double>()},
           {"chain_pair_iptm", chain_pair},
           {"chain_ptm", chain_ptm},
+          {"fraction_disordered", r.fraction_disordered[k].item<double>()},
           {"has_clash", r.has_clash[k].item<bool>()},
           {"ranking_score", r.ranking_score[k].item<double>()}};
 }
@@ -199,7 +199,8 @@ int predict_main(const std::vector<std::string>& argv) {
       const nlohmann::json scores = summary_confidences(r, k);
       write_file_atomically((std::filesystem::path(out) / (stem + "_summary_confidences.json")).string(),
                             scores.dump(2) + "\n");
-      for (const char* key : {"ptm", "iptm", "ranking_score", "has_clash"}) row[key] = scores[key];
+      for (const char* key : {"ptm", "iptm", "fraction_disordered", "ranking_score", "has_clash"})
+        row[key] = scores[key];
     }
     data::write_mmcif(predicted, (std::filesystem::path(out) / file).string(), coords, b_factors);
     rows.push_back(row);

@@ -80,7 +80,7 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
     for (int64_t k = 0; k < samples; ++k) r.plddt_mean.push_back(mean[k].item<double>());
     r.pae = p.pae.to(at::kCPU, at::kFloat);
     r.ptm = p.ptm, r.iptm = p.iptm, r.chain_pair_iptm = p.chain_pair_iptm;
-    r.has_clash = p.has_clash, r.ranking_score = p.ranking_score;
+    r.has_clash = p.has_clash, r.fraction_disordered = p.fraction_disordered, r.ranking_score = p.ranking_score;
   }
   r.contact_probs = p.contact_probs[0].to(at::kCPU, at::kFloat);
   if (std::any_of(e.atom_mask.begin(), e.atom_mask.end(), [](uint8_t m) { return m != 0; })) {

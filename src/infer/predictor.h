@@ -30,9 +30,9 @@ struct PredictedEntry {
   std::vector<double> plddt_mean;  // per sample, over the atoms predicted_atom_mask marks; empty
                                    // without a confidence head
   // With a confidence head (undefined without; CPU): per sample, the expected PAE [samples, N, N]
-  // Angstrom, pTM, ipTM (NaN with one chain), chain-pair ipTM [samples, C, C], the clash flag and
-  // the ranking score (model/confidence_scores.h).
-  at::Tensor pae, ptm, iptm, chain_pair_iptm, has_clash, ranking_score;
+  // Angstrom, pTM, ipTM (NaN with one chain), chain-pair ipTM [samples, C, C], the clash flag, the
+  // fraction disordered and the ranking score (model/confidence_scores.h).
+  at::Tensor pae, ptm, iptm, chain_pair_iptm, has_clash, fraction_disordered, ranking_score;
   at::Tensor contact_probs;     // [N, N] P(representative atoms within 8 A), from the distogram
   std::vector<double> lddt_ca;  // per sample, against the entry's coordinates; empty when the
   std::vector<double> lddt_all; // entry has none (FASTA input)

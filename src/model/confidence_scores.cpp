@@ -5,8 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "core/check.h"
+#include "data/features.h"
+#include "data/residue_constants.h"
+#include "model/surface_area.h"
 
 namespace megafold::model {
 namespace {
@@ -90,9 +96,147 @@ bool has_clash(const at::Tensor& coords, const at::Tensor& atom_mask, const at::
   return ((clashes > 100) | (clashes.to(at::kDouble) > 0.5 * atoms.to(at::kDouble))).any().item<bool>();
 }
 
-double ranking_score(const TmScores& tm, bool clash) {
+ProteinResidues protein_residues(const data::Batch& batch, int64_t b) {
+  MF_CHECK(b >= 0 && b < batch.size(), "protein_residues: example ", b, " of a batch of ", batch.size());
+  constexpr int S = data::kMaxAtomsPerToken;
+  const int64_t N = batch.n_tokens(), A = N * S;
+  const at::Tensor restype = batch.restype[b].to(at::kCPU).contiguous();
+  const at::Tensor mol_type = batch.mol_type[b].to(at::kCPU).contiguous();
+  const at::Tensor real = batch.token_mask[b].to(at::kCPU, at::kFloat).contiguous();
+  const at::Tensor asym = batch.asym_id[b].to(at::kCPU).contiguous();
+  const at::Tensor uid = batch.ref.space_uid[b].to(at::kCPU).contiguous();
+  const at::Tensor has = batch.ref.mask[b].to(at::kCPU, at::kFloat).contiguous();        // [N, S]
+  const at::Tensor element = batch.ref.element[b].to(at::kCPU).contiguous();             // [N, S]
+  const at::Tensor chars = batch.ref.name_chars[b].to(at::kCPU, at::kLong).contiguous();  // [N, S, 4]
+  const auto t = restype.accessor<int64_t, 1>();
+  const auto m = mol_type.accessor<int64_t, 1>();
+  const auto r = real.accessor<float, 1>();
+  const auto c = asym.accessor<int64_t, 1>();
+  const auto u = uid.accessor<int64_t, 1>();
+  const auto h = has.accessor<float, 2>();
+  const auto e = element.accessor<int64_t, 2>();
+  const auto n = chars.accessor<int64_t, 3>();
+  std::vector<int64_t> atom_residue(A, -1), residue_chain;
+  std::vector<double> radius(A, 0.0), max_area;
+  // Tokens [i0, i1) form one residue; it counts when it has its backbone (N, CA, C, O).
+  auto close = [&](int64_t i0, int64_t i1) {
+    std::vector<int64_t> atoms;
+    int backbone = 0;
+    for (int64_t i = i0; i < i1; ++i)
+      for (int s = 0; s < S; ++s) {
+        if (h[i][s] <= 0 || e[i][s] == 1) continue;  // no atom, or a hydrogen (DSSP skips them)
+        std::string name;
+        for (int k = 0; k < 4 && n[i][s][k] > 0; ++k) name += static_cast<char>(n[i][s][k] + 32);
+        backbone |= name == "N" ? 1 : name == "CA" ? 2 : name == "C" ? 4 : name == "O" ? 8 : 0;
+        atoms.push_back(i * S + s);
+        radius[i * S + s] = dssp_atom_radius(name);
+      }
+    if (backbone != 15) return;
+    const int64_t residue = static_cast<int64_t>(residue_chain.size());
+    for (const int64_t a : atoms) atom_residue[a] = residue;
+    residue_chain.push_back(c[i0]);
+    max_area.push_back(max_accessible_area(static_cast<int>(t[i0])));
+  };
+  int64_t start = -1;
+  for (int64_t i = 0; i <= N; ++i) {
+    const bool protein = i < N && r[i] > 0 && m[i] == static_cast<int64_t>(data::MolType::kProtein);
+    if (start >= 0 && (!protein || c[i] != c[start] || u[i] != u[start])) close(start, i), start = -1;
+    if (protein && start < 0) start = i;
+  }
+  // A chain's residues must be consecutive: a chain that comes back after another would be
+  // windowed as two.
+  std::set<int64_t> finished;
+  for (size_t k = 1; k < residue_chain.size(); ++k)
+    if (residue_chain[k] != residue_chain[k - 1]) {
+      finished.insert(residue_chain[k - 1]);
+      MF_CHECK(!finished.count(residue_chain[k]), "protein_residues: the tokens of chain (asym_id) ", residue_chain[k],
+               " of example ", b, " are not consecutive");
+    }
+  const auto i64 = at::TensorOptions().dtype(at::kLong), f64 = at::TensorOptions().dtype(at::kDouble);
+  const int64_t R = static_cast<int64_t>(residue_chain.size());
+  return {at::tensor(atom_residue, i64), at::tensor(radius, f64), at::tensor(residue_chain, i64).view({R}),
+          at::tensor(max_area, f64).view({R})};
+}
+
+at::Tensor residue_sasa(const at::Tensor& coords, const ProteinResidues& residues) {
+  const at::Tensor atom_residue = residues.atom_residue.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor chain = residues.residue_chain.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor max_area = residues.residue_max_area.to(at::kCPU, at::kDouble).contiguous();
+  const int64_t A = atom_residue.numel(), R = chain.numel();
+  MF_CHECK(coords.dim() == 2 && coords.size(0) == A && coords.size(1) == 3, "residue_sasa: coords must be [A, 3] = [",
+           A, ", 3] like residues.atom_residue, got ", coords.sizes());
+  MF_CHECK(atom_residue.dim() == 1 && residues.atom_radius.dim() == 1 && residues.atom_radius.numel() == A,
+           "residue_sasa: residues.atom_radius must be [A] = [", A, "], got ", residues.atom_radius.sizes());
+  MF_CHECK(chain.dim() == 1 && max_area.dim() == 1 && max_area.numel() == R, "residue_sasa: residues.residue_max_area",
+           " must be [R] = [", R, "] like residue_chain, got ", max_area.sizes());
+  MF_CHECK(A == 0 || (atom_residue.min().item<int64_t>() >= -1 && atom_residue.max().item<int64_t>() < R),
+           "residue_sasa: residues.atom_residue must lie in [-1, ", R, ")");
+  MF_CHECK(R == 0 || max_area.min().item<double>() > 0, "residue_sasa: residues.residue_max_area must be > 0");
+  const at::Tensor x = coords.to(at::kCPU, at::kDouble);
+  const at::Tensor radius = residues.atom_radius.to(at::kCPU, at::kDouble);
+  const at::Tensor counted = (atom_residue >= 0).nonzero().squeeze(1);
+  const at::Tensor bad = (~at::isfinite(x.index_select(0, counted)).all(1)).nonzero();
+  MF_CHECK(bad.numel() == 0, "residue_sasa: the coordinates of atom ",
+           bad.numel() ? counted[bad[0][0].item<int64_t>()].item<int64_t>() : 0, " are not finite");
+  at::Tensor sasa_sum = at::zeros({R}, at::kDouble);
+  const auto ch = chain.accessor<int64_t, 1>();
+  for (int64_t r0 = 0, r1 = 0; r0 < R; r0 = r1) {
+    for (r1 = r0 + 1; r1 < R && ch[r1] == ch[r0];) ++r1;
+    // The chain alone, as AF3 hands DSSP one chain at a time.
+    const at::Tensor atoms = ((atom_residue >= r0) & (atom_residue < r1)).nonzero().squeeze(1);
+    const at::Tensor sasa = solvent_accessible_area(x.index_select(0, atoms), radius.index_select(0, atoms));
+    sasa_sum.narrow(0, r0, r1 - r0).index_add_(0, atom_residue.index_select(0, atoms) - r0, sasa);
+  }
+  return sasa_sum;
+}
+
+at::Tensor residue_rasa(const at::Tensor& coords, const ProteinResidues& residues) {
+  const at::Tensor sasa = residue_sasa(coords, residues);
+  // DSSP reports whole A^2 (rounded half up), which AF3 reads back before normalising.
+  return at::clamp_max(at::floor(sasa + 0.5) / residues.residue_max_area.to(at::kCPU, at::kDouble), 1.0);
+}
+
+at::Tensor windowed_rasa(const at::Tensor& rasa, const at::Tensor& residue_chain, int64_t window) {
+  MF_CHECK(window >= 1 && window % 2 == 1, "windowed_rasa: window must be odd and >= 1, got ", window);
+  MF_CHECK(rasa.dim() == 1 && residue_chain.dim() == 1 && rasa.numel() == residue_chain.numel(),
+           "windowed_rasa: rasa [R] and residue_chain [R] must match, got ", rasa.sizes(), " and ",
+           residue_chain.sizes());
+  const at::Tensor x = rasa.to(at::kCPU, at::kDouble).contiguous();
+  const at::Tensor chain = residue_chain.to(at::kCPU, at::kLong).contiguous();
+  const int64_t R = x.numel(), half = (window - 1) / 2;
+  const auto v = x.accessor<double, 1>();
+  const auto ch = chain.accessor<int64_t, 1>();
+  at::Tensor out = at::empty({R}, at::kDouble);
+  auto o = out.accessor<double, 1>();
+  for (int64_t r0 = 0, r1 = 0; r0 < R; r0 = r1) {
+    for (r1 = r0 + 1; r1 < R && ch[r1] == ch[r0];) ++r1;
+    const int64_t n = r1 - r0, period = 2 * (n - 1);
+    // Position j of the mirrored chain (j may lie before 0 or past n - 1).
+    auto at_mirrored = [&](int64_t j) {
+      if (n == 1) return v[r0];
+      int64_t k = ((j % period) + period) % period;
+      return v[r0 + (k < n ? k : period - k)];
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int64_t j = i - half; j <= i + half; ++j) sum += at_mirrored(j);
+      o[r0 + i] = sum / static_cast<double>(window);
+    }
+  }
+  return out;
+}
+
+double fraction_disordered(const at::Tensor& coords, const ProteinResidues& residues) {
+  const at::Tensor rasa = residue_rasa(coords, residues);
+  if (rasa.numel() == 0) return 0.0;
+  return (windowed_rasa(rasa, residues.residue_chain) > kDisorderRasaCutoff).to(at::kDouble).mean().item<double>();
+}
+
+double ranking_score(const TmScores& tm, double fraction_disordered, bool clash) {
+  MF_CHECK(fraction_disordered >= 0 && fraction_disordered <= 1,
+           "ranking_score: fraction_disordered must lie in [0, 1], got ", fraction_disordered);
   const double iptm = std::isnan(tm.iptm) ? tm.ptm : tm.iptm;
-  return 0.8 * iptm + 0.2 * tm.ptm - (clash ? 100.0 : 0.0);
+  return 0.8 * iptm + 0.2 * tm.ptm + 0.5 * fraction_disordered - (clash ? 100.0 : 0.0);
 }
 
 at::Tensor contact_probabilities(const at::Tensor& distogram_logits, double min, double max) {

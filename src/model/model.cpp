@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <optional>
 
 #include "core/check.h"
@@ -120,10 +121,13 @@ Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& ou
   const at::Tensor polymer = (batch.mol_type != static_cast<int64_t>(data::MolType::kLigand)).to(batch.ref.mask.dtype());
   const at::Tensor atom_present =
       (batch.ref.mask * (batch.token_mask * polymer).unsqueeze(-1)).to(at::kCPU).reshape({B, A});
+  // The disorder term measures each example's protein residues (AF3 SI Sec. 5.9.3).
+  std::vector<ProteinResidues> residues;
+  for (int64_t b = 0; b < B; ++b) residues.push_back(protein_residues(batch, b));
   std::vector<at::Tensor> plddt, pae;
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   p.ptm = at::empty({B, samples}, f64), p.iptm = at::empty({B, samples}, f64);
-  p.ranking_score = at::empty({B, samples}, f64);
+  p.fraction_disordered = at::empty({B, samples}, f64), p.ranking_score = at::empty({B, samples}, f64);
   p.has_clash = at::empty({B, samples}, at::kBool);
   p.chain_pair_iptm = at::empty({B, samples, chains, chains}, f64);
   // One sample of every example at a time: the head's pair activations are [B, N, N, c_z].
@@ -138,12 +142,22 @@ Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& ou
       const bool clash = has_clash(x[b], atom_present[b], atom_chain[b], chains);
       p.ptm[b][k] = tm.ptm, p.iptm[b][k] = tm.iptm, p.has_clash[b][k] = clash;
       p.chain_pair_iptm[b][k].copy_(tm.chain_pair_iptm);
-      p.ranking_score[b][k] = ranking_score(tm, clash);
+      // A diverged sample (non-finite coordinates) has no surface: it scores NaN, and the
+      // caller reports the coordinates.
+      if (at::isfinite(x[b]).all().item<bool>()) {
+        const double disorder = fraction_disordered(x[b], residues[b]);
+        p.fraction_disordered[b][k] = disorder;
+        p.ranking_score[b][k] = ranking_score(tm, disorder, clash);
+      } else {
+        p.fraction_disordered[b][k] = std::numeric_limits<double>::quiet_NaN();
+        p.ranking_score[b][k] = std::numeric_limits<double>::quiet_NaN();
+      }
     }
   }
   p.plddt = at::stack(plddt, 1).reshape({B * samples, A});
   p.pae = at::stack(pae, 1).reshape({B * samples, N, N});
   p.ptm = p.ptm.view({-1}), p.iptm = p.iptm.view({-1}), p.ranking_score = p.ranking_score.view({-1});
+  p.fraction_disordered = p.fraction_disordered.view({-1});
   p.has_clash = p.has_clash.view({-1});
   p.chain_pair_iptm = p.chain_pair_iptm.view({B * samples, chains, chains});
   return p;

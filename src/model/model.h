@@ -46,7 +46,8 @@ struct Prediction {
   at::Tensor ptm, iptm;        // [B * samples] double (ipTM NaN with one chain)
   at::Tensor chain_pair_iptm;  // [B * samples, C, C] double (NaN for chains without tokens)
   at::Tensor has_clash;        // [B * samples] bool
-  at::Tensor ranking_score;    // [B * samples] double
+  at::Tensor fraction_disordered;  // [B * samples] double in [0, 1] (NaN: non-finite coordinates)
+  at::Tensor ranking_score;    // [B * samples] double (NaN: non-finite coordinates)
 };
 
 class MegaFoldImpl : public torch::nn::Module {

@@ -2,20 +2,30 @@
 // loss of a perfect prediction, representative atoms, token frames, the aligned and distance
 // errors and their losses against float64 references written from AF3 SI Alg. 29-30 and Sec.
 // 4.3, pTM / ipTM / chain-pair ipTM against a direct evaluation of their definitions, the clash
-// rule, and stopped gradients.
+// rule, the disorder term (residue areas against the cap formula and DSSP, windowing against
+// numpy's reflection, the fraction, the residues of a real batch), the ranking score term by
+// term, and stopped gradients.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
 #include <initializer_list>
+#include <numbers>
 #include <numeric>
+#include <random>
+#include <string>
+#include <vector>
 
+#include "core/check.h"
+#include "data/af3_json.h"
 #include "data/features.h"
 #include "data/structure.h"
 #include "model/confidence.h"
 #include "model/confidence_scores.h"
 #include "model/structure_losses.h"
+#include "model/surface_area.h"
 #include "testing.h"
 
 namespace megafold::model {
@@ -347,8 +357,8 @@ TEST(ConfidenceScores, TmScoresMatchTheirDefinitions) {
   // One chain: no interface.
   const TmScores one = tm_scores(logits, mask, frames, at::zeros({N}, at::kLong), 1, 32.0);
   EXPECT_TRUE(std::isnan(one.iptm));
-  EXPECT_NEAR(ranking_score(one, false), one.ptm, 1e-12);
-  EXPECT_NEAR(ranking_score(s, true), 0.8 * s.iptm + 0.2 * s.ptm - 100, 1e-12);
+  EXPECT_NEAR(ranking_score(one, 0.0, false), one.ptm, 1e-12);
+  EXPECT_NEAR(ranking_score(s, 0.0, true), 0.8 * s.iptm + 0.2 * s.ptm - 100, 1e-12);
   // Certain errors of 0.25 A (the first bin's centre): every term is 1 / (1 + (0.25 / d0)^2),
   // with d0 = 0.453 A for 21 tokens.
   at::Tensor sure = at::full({N, N, bins}, -50.0);
@@ -389,6 +399,340 @@ TEST(ConfidenceScores, ClashesNeedManyAtomsOrHalfAChain) {
   };
   EXPECT_FALSE(shadowed(100));  // 100 clashing atoms in each chain: not over 100; 25% and 33%
   EXPECT_TRUE(shadowed(101));
+}
+
+// ---- The disorder term and the ranking score (AF3 SI Sec. 5.9.3) ----
+
+constexpr double kPi = std::numbers::pi;
+constexpr double kCaSphere = 1.87 + kWaterProbeRadius;  // DSSP's CA radius expanded by the probe
+constexpr double kHalfDot = 2 * kPi * kCaSphere * kCaSphere / kSurfaceDots;  // see surface_dots
+
+// The message of the megafold::Error that f throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Residues collapsed onto their CA: every other atom (DSSP radius r < 1.87 A) sits (1.87 - r) / 2
+// from the CA in a random direction. Its expanded sphere then lies inside CA's (offset + r +
+// probe < 3.27 A): it has no free dot, and whatever dot it covers CA's sphere covers too; and no
+// dot of CA's own sphere lies within it (3.27 - offset > r + probe). So each residue acts as one
+// sphere of radius 3.27 A around its CA, whose exposure has closed forms.
+struct CollapsedResidues {
+  std::vector<double> xyz, radius, max_area;
+  std::vector<int64_t> atom_residue, residue_chain;
+
+  void add(int t, int64_t chain, const std::array<double, 3>& centre, std::mt19937_64& rng) {
+    const int64_t residue = static_cast<int64_t>(residue_chain.size());
+    residue_chain.push_back(chain);
+    max_area.push_back(max_accessible_area(t));
+    std::normal_distribution<double> g;
+    for (const std::string_view name : data::atom_names(t)) {
+      if (name.empty()) continue;
+      const double r = dssp_atom_radius(name), offset = name == "CA" ? 0.0 : 0.5 * (1.87 - r);
+      const std::array<double, 3> v{g(rng), g(rng), g(rng)};
+      const double n = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+      for (int d = 0; d < 3; ++d) xyz.push_back(centre[d] + offset * v[d] / n);
+      radius.push_back(r);
+      atom_residue.push_back(residue);
+    }
+  }
+  // An atom the disorder term leaves out (a ligand's, say), here with no coordinates at all.
+  void add_left_out() {
+    for (int d = 0; d < 3; ++d) xyz.push_back(std::numeric_limits<double>::quiet_NaN());
+    radius.push_back(0.0);
+    atom_residue.push_back(-1);
+  }
+  at::Tensor coords() const { return at::tensor(xyz, at::kDouble).view({-1, 3}); }
+  ProteinResidues residues() const {
+    const int64_t R = static_cast<int64_t>(residue_chain.size());
+    return {at::tensor(atom_residue, at::kLong), at::tensor(radius, at::kDouble),
+            at::tensor(residue_chain, at::kLong).view({R}), at::tensor(max_area, at::kDouble).view({R})};
+  }
+};
+
+// Two residues d apart along z: each one's sphere loses the cap toward the other, z >= z0 =
+// d / (2 R) for equal radii, so its area is 2 pi R^2 (1 + z0), up to half a dot for a cap
+// around the dots' axis. DSSP's whole A^2 then adds up to 0.5 before the division by the
+// maximum: |RASA - min(1, area / max)| <= (0.5 + half a dot) / max.
+TEST(DisorderTerm, ResidueAreasOfTwoResiduesFollowTheCapFormula) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int t1 = static_cast<int>(rng() % 20), t2 = static_cast<int>(rng() % 20);
+    const double d = 0.8 + 3.2 * uniform(rng), sign = trial % 2 ? 1.0 : -1.0;
+    const std::array<double, 3> c1{40 * uniform(rng), 40 * uniform(rng), 40 * uniform(rng)};
+    CollapsedResidues r;
+    r.add(t1, 0, c1, rng);
+    r.add_left_out();
+    r.add(t2, 0, {c1[0], c1[1], c1[2] + sign * d}, rng);
+    const at::Tensor sasa = residue_sasa(r.coords(), r.residues());
+    const at::Tensor rasa = residue_rasa(r.coords(), r.residues());
+    const double area = 2 * kPi * kCaSphere * kCaSphere * (1 + d / (2 * kCaSphere));
+    for (int64_t k = 0; k < 2; ++k) {
+      const double max = r.max_area[k];
+      EXPECT_NEAR(sasa[k].item<double>(), area, kHalfDot + 1e-9) << "seed " << seed << " trial " << trial;
+      EXPECT_NEAR(rasa[k].item<double>(), std::min(1.0, area / max), (0.5 + kHalfDot) / max)
+          << "seed " << seed << " trial " << trial;
+    }
+    // As two chains each is measured alone: the whole sphere, 4 pi 3.27^2 = 134.37 A^2 -> 134.
+    r.residue_chain[1] = 1;
+    const at::Tensor alone = residue_rasa(r.coords(), r.residues());
+    for (int64_t k = 0; k < 2; ++k) EXPECT_EQ(alone[k].item<double>(), std::min(1.0, 134.0 / r.max_area[k]));
+  }
+}
+
+// numpy's np.pad(x, half, 'reflect') as numpy builds it: passes that each mirror the current
+// array about its end values (without repeating them), at most size - 1 values per side.
+std::vector<double> numpy_reflect_pad(std::vector<double> v, int64_t half) {
+  if (v.size() == 1) return std::vector<double>(2 * half + 1, v[0]);  // numpy repeats a lone value
+  int64_t left = half, right = half;
+  while (left > 0 || right > 0) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    const int64_t l = std::min(left, n - 1), r = std::min(right, n - 1);
+    std::vector<double> out;
+    for (int64_t k = l; k >= 1; --k) out.push_back(v[k]);
+    out.insert(out.end(), v.begin(), v.end());
+    for (int64_t k = 1; k <= r; ++k) out.push_back(v[n - 1 - k]);
+    v = std::move(out);
+    left -= l, right -= r;
+  }
+  return v;
+}
+
+// AF3's window: np.convolve(np.pad(rasa, half, 'reflect'), np.ones(window), 'valid') / window.
+std::vector<double> numpy_window(const std::vector<double>& rasa, int64_t window) {
+  const std::vector<double> padded = numpy_reflect_pad(rasa, (window - 1) / 2);
+  std::vector<double> out;
+  for (size_t i = 0; i < rasa.size(); ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < window; ++j) sum += padded[i + j];
+    out.push_back(sum / static_cast<double>(window));
+  }
+  return out;
+}
+
+TEST(DisorderTerm, WindowMirrorsEachChainLikeNumpyReflect) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const std::vector<int64_t> lengths = {1, 2, 3, 7, 12, 13, 14, 30, 61};
+  std::vector<int64_t> chain;
+  for (size_t c = 0; c < lengths.size(); ++c) chain.insert(chain.end(), lengths[c], static_cast<int64_t>(5 * c + 2));
+  const at::Tensor rasa = at::rand({static_cast<int64_t>(chain.size())}, at::kDouble);
+  const at::Tensor chains = at::tensor(chain, at::kLong);
+  for (const int64_t window : {int64_t{1}, int64_t{3}, kDisorderWindow, static_cast<int64_t>(2 * (rng() % 40) + 1)}) {
+    const at::Tensor got = windowed_rasa(rasa, chains, window);
+    int64_t start = 0;
+    for (const int64_t n : lengths) {
+      std::vector<double> values(n);
+      for (int64_t i = 0; i < n; ++i) values[i] = rasa[start + i].item<double>();
+      const std::vector<double> want = numpy_window(values, window);
+      // Sums of at most 121 values in [0, 1]: a few ulp of the sum.
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(got[start + i].item<double>(), want[i], 1e-13) << "window " << window << " chain of " << n;
+      start += n;
+    }
+  }
+  EXPECT_NE(error_of([&] { windowed_rasa(rasa, chains, 24); }).find("window must be odd"), std::string::npos);
+  EXPECT_NE(error_of([&] { windowed_rasa(rasa, chains.narrow(0, 0, 5)); }).find("must match"), std::string::npos);
+}
+
+// Isolated residues have exact areas (every dot free): 134 A^2 each, RASA min(1, 134 / max).
+// The fraction is then the count of windowed RASA > 0.581 over the residues, chain by chain;
+// a second chain laid over the first buries none of it, as AF3 measures chains alone.
+TEST(DisorderTerm, FractionDisorderedCountsWindowedRasaOfEachChainAlone) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  // Mostly ARG (134 / 248 = 0.54, ordered alone), else residues above 0.581 alone (TRP 0.590,
+  // TYR 0.604, LYS 0.654, GLN 0.677): windows fall on either side of the cutoff.
+  const std::vector<int> above = {data::amino_acid_index("TRP"), data::amino_acid_index("TYR"),
+                                  data::amino_acid_index("LYS"), data::amino_acid_index("GLN")};
+  auto draw = [&] { return rng() % 10 < 6 ? data::amino_acid_index("ARG") : above[rng() % above.size()]; };
+  const int64_t L0 = 5 + static_cast<int64_t>(rng() % 40), L1 = 1 + static_cast<int64_t>(rng() % 30);
+  CollapsedResidues r;
+  std::vector<double> rasa0, rasa1;
+  for (int64_t i = 0; i < L0; ++i) {
+    const int t = draw();
+    r.add(t, 0, {15.0 * static_cast<double>(i), 0.0, 0.0}, rng);
+    rasa0.push_back(std::min(1.0, 134.0 / max_accessible_area(t)));
+  }
+  for (int64_t i = 0; i < L1; ++i) {
+    const int t = draw();
+    r.add(t, 1, {15.0 * static_cast<double>(i) + 0.5, 0.0, 0.0}, rng);  // on top of chain 0's residue i
+    rasa1.push_back(std::min(1.0, 134.0 / max_accessible_area(t)));
+  }
+  const ProteinResidues res = r.residues();
+  const at::Tensor rasa = residue_rasa(r.coords(), res);
+  std::vector<double> want = numpy_window(rasa0, kDisorderWindow), want1 = numpy_window(rasa1, kDisorderWindow);
+  want.insert(want.end(), want1.begin(), want1.end());
+  std::vector<double> all = rasa0;
+  all.insert(all.end(), rasa1.begin(), rasa1.end());
+  double disordered = 0;
+  for (size_t k = 0; k < all.size(); ++k) {
+    EXPECT_EQ(rasa[static_cast<int64_t>(k)].item<double>(), all[k]) << "seed " << seed << " residue " << k;
+    disordered += want[k] > kDisorderRasaCutoff;
+  }
+  EXPECT_DOUBLE_EQ(fraction_disordered(r.coords(), res), disordered / static_cast<double>(all.size()))
+      << "seed " << seed;
+  // Measured as one chain, the residues laid over each other bury each other.
+  ProteinResidues one = res;
+  one.residue_chain = at::zeros_like(res.residue_chain);
+  const at::Tensor together = residue_rasa(r.coords(), one);
+  for (int64_t i = 0; i < std::min(L0, L1); ++i) {
+    EXPECT_LT(together[i].item<double>(), rasa[i].item<double>()) << i;
+    EXPECT_LT(together[L0 + i].item<double>(), rasa[L0 + i].item<double>()) << i;
+  }
+  // No protein residues: nothing is disordered.
+  CollapsedResidues none;
+  none.add_left_out();
+  EXPECT_EQ(fraction_disordered(none.coords(), none.residues()), 0.0);
+}
+
+TEST(DisorderTerm, BadInputIsNamed) {
+  std::mt19937_64 rng(1);
+  CollapsedResidues r;
+  r.add(0, 0, {0.0, 0.0, 0.0}, rng);
+  r.add(5, 0, {3.0, 0.0, 0.0}, rng);
+  const ProteinResidues res = r.residues();
+  const at::Tensor x = r.coords();
+  const int64_t A = x.size(0);
+  EXPECT_NE(error_of([&] { residue_sasa(x.narrow(0, 0, A - 1), res); }).find("coords must be [A, 3] = [" +
+                                                                             std::to_string(A)),
+            std::string::npos);
+  at::Tensor bad = x.clone();
+  bad[7][2] = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { residue_sasa(bad, res); }).find("coordinates of atom 7 are not finite"), std::string::npos);
+  ProteinResidues wrong = res;
+  wrong.atom_residue = res.atom_residue.clone();
+  wrong.atom_residue[0] = 2;
+  EXPECT_NE(error_of([&] { residue_sasa(x, wrong); }).find("atom_residue must lie in [-1, 2)"), std::string::npos);
+  wrong = res;
+  wrong.residue_max_area = res.residue_max_area.narrow(0, 0, 1);
+  EXPECT_NE(error_of([&] { residue_sasa(x, wrong); }).find("residue_max_area must be [R] = [2]"), std::string::npos);
+}
+
+// DSSP's output for ubiquitin (tests/fixtures/dssp/1ubi.dssp: mkdssp 4.2.2, whose surface code
+// is that of the DSSP 4.4 AF3 builds, run on data/pdb/1ubi.pdb.gz): per residue, the one-letter
+// code and the ACC column (whole A^2) that AF3 reads back.
+std::vector<std::pair<char, int>> dssp_accessibility(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::pair<char, int>> acc;
+  bool rows = false;
+  for (std::string line; std::getline(in, line);) {
+    if (rows && line.size() > 38 && line[13] != '!') acc.emplace_back(line[13], std::stoi(line.substr(34, 4)));
+    rows = rows || line.rfind("  #  RESIDUE", 0) == 0;
+  }
+  return acc;
+}
+
+// Our residue areas against DSSP's on a real structure. A dot on a sphere's rim can fall either
+// way between DSSP's float arithmetic and our double: one dot is at most 4 pi 3.27^2 / 401 =
+// 0.34 A^2, which can move the whole-A^2 value by one. Residue 76 is left out: DSSP counts its
+// terminal OXT, which our atom layout does not have. The fraction disordered then equals AF3's
+// computation from DSSP's column (76 is a glycine whose RASA is capped at 1 either way).
+TEST(DisorderTerm, ResidueAreasMatchDsspOnUbiquitin) {
+  const data::Entry e = data::load_entry(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb/1ubi.pdb.gz");
+  data::Batch b = data::make_batch({&e}, {{}}, 0);
+  b.ref.mask = b.atom_mask;  // the atoms the crystal resolved
+  const ProteinResidues r = protein_residues(b, 0);
+  const at::Tensor x = b.atom_coords[0].reshape({-1, 3});
+  const at::Tensor sasa = residue_sasa(x, r);
+  const auto dssp = dssp_accessibility(MEGAFOLD_TEST_SOURCE_DIR "/tests/fixtures/dssp/1ubi.dssp");
+  ASSERT_EQ(dssp.size(), 76u);
+  ASSERT_EQ(sasa.numel(), 76);
+  std::vector<double> rasa;
+  for (int64_t k = 0; k < 76; ++k) {
+    const auto [letter, acc] = dssp[k];
+    if (k < 75) {
+      EXPECT_NEAR(std::floor(sasa[k].item<double>() + 0.5), acc, 1.0) << "residue " << k + 1;
+    }
+    rasa.push_back(std::min(1.0, acc / max_accessible_area(data::amino_acid_of_letter(letter))));
+  }
+  EXPECT_EQ(rasa.back(), 1.0);
+  // Each RASA within 1 / max_area <= 1 / 84 of AF3's, and so each window's mean.
+  const std::vector<double> want = numpy_window(rasa, kDisorderWindow);
+  const at::Tensor windowed = windowed_rasa(residue_rasa(x, r), r.residue_chain);
+  double disordered = 0;
+  for (int64_t k = 0; k < 76; ++k) {
+    EXPECT_NEAR(windowed[k].item<double>(), want[k], 1.0 / 84) << "residue " << k + 1;
+    disordered += want[k] > kDisorderRasaCutoff;
+  }
+  // A folded domain: its most exposed window, around the C-terminal tail, stays below 0.581.
+  EXPECT_EQ(disordered, 0.0);
+  EXPECT_EQ(fraction_disordered(x, r), 0.0);
+}
+
+// The residues of a real job (tests/fixtures/af3/complex.json): protein chains A and B,
+// MKTSAYIAKQR with a phosphoserine (SEP, per-atom tokens) at 4, beside RNA, DNA, ligands and a
+// glycan, which the disorder term leaves out.
+TEST(DisorderTerm, ProteinResiduesOfAnAlphaFold3Job) {
+  const data::Af3Input in = data::load_af3_json(MEGAFOLD_TEST_SOURCE_DIR "/tests/fixtures/af3/complex.json");
+  data::Batch b = data::make_batch({&in.entry}, {{}}, in.entry.n_tokens() + 3);  // and padding tokens
+  const ProteinResidues r = protein_residues(b, 0);
+  ASSERT_EQ(r.residue_chain.numel(), 22);
+  const std::string sequence = "MKTSAYIAKQR";
+  for (int64_t k = 0; k < 22; ++k) {
+    EXPECT_EQ(r.residue_chain[k].item<int64_t>(), k / 11);  // chains A and B are asym 0 and 1
+    const int t = k % 11 == 3 ? data::kUnknownAminoAcid : data::amino_acid_of_letter(sequence[k % 11]);
+    EXPECT_EQ(r.residue_max_area[k].item<double>(), max_accessible_area(t)) << k;
+  }
+  // Every atom of a real protein token is in a residue, named by its radius; nothing else is.
+  constexpr int S = kMaxAtomsPerToken;
+  const int64_t N = b.n_tokens();
+  ASSERT_EQ(r.atom_residue.numel(), N * S);
+  int64_t sep_atoms = 0;
+  for (int64_t i = 0; i < N; ++i)
+    for (int s = 0; s < S; ++s) {
+      const bool protein = b.token_mask[0][i].item<float>() > 0 &&
+                           b.mol_type[0][i].item<int64_t>() == static_cast<int64_t>(data::MolType::kProtein);
+      const bool has = b.ref.mask[0][i][s].item<float>() > 0;
+      const int64_t residue = r.atom_residue[i * S + s].item<int64_t>();
+      EXPECT_EQ(residue >= 0, protein && has) << "token " << i << " slot " << s;
+      if (residue < 0) continue;
+      std::string name;
+      for (int c = 0; c < 4 && b.ref.name_chars[0][i][s][c].item<int64_t>() > 0; ++c)
+        name += static_cast<char>(b.ref.name_chars[0][i][s][c].item<int64_t>() + 32);
+      EXPECT_EQ(r.atom_radius[i * S + s].item<double>(), dssp_atom_radius(name)) << name;
+      sep_atoms += residue == 3;
+    }
+  EXPECT_EQ(sep_atoms, 10);  // SEP's heavy atoms but its leaving OXT: N CA CB OG C O P O1P O2P O3P
+  // A residue without its backbone O is left out, as DSSP drops incomplete residues.
+  b.ref.mask[0][1][data::kAtomO] = 0;
+  const ProteinResidues fewer = protein_residues(b, 0);
+  EXPECT_EQ(fewer.residue_chain.numel(), 21);
+  EXPECT_EQ(fewer.atom_residue.narrow(0, S, S).max().item<int64_t>(), -1);
+  // A chain must come in one run of tokens.
+  b.asym_id[0][21] = 0;
+  EXPECT_NE(error_of([&] { protein_residues(b, 0); }).find("not consecutive"), std::string::npos);
+  EXPECT_NE(error_of([&] { protein_residues(b, 1); }).find("example 1 of a batch of 1"), std::string::npos);
+}
+
+TEST(RankingScore, WeighsEachTermAsAlphaFold3) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int trial = 0; trial < 20; ++trial) {
+    TmScores tm;
+    tm.ptm = uniform(rng), tm.iptm = uniform(rng);
+    const double f = uniform(rng);
+    EXPECT_NEAR(ranking_score(tm, f, false), 0.8 * tm.iptm + 0.2 * tm.ptm + 0.5 * f, 1e-15);
+    EXPECT_NEAR(ranking_score(tm, f, true), 0.8 * tm.iptm + 0.2 * tm.ptm + 0.5 * f - 100, 1e-13);
+    // One chain: no ipTM, pTM in place of the whole ipTM / pTM average.
+    tm.iptm = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_NEAR(ranking_score(tm, f, false), tm.ptm + 0.5 * f, 1e-15);
+  }
+  TmScores tm;
+  tm.ptm = 0.5, tm.iptm = 0.5;
+  EXPECT_EQ(ranking_score(tm, 1.0, false), 1.0);
+  for (const double bad : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN()})
+    EXPECT_NE(error_of([&] { ranking_score(tm, bad, false); }).find("fraction_disordered must lie in [0, 1]"),
+              std::string::npos);
 }
 
 }  // namespace

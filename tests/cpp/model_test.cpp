@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
+#include <cmath>
 #include <map>
 #include <numeric>
 
 #include "data/features.h"
 #include "data/structure.h"
 #include "core/autocast.h"
+#include "model/confidence_scores.h"
 #include "model/heads.h"
 #include "model/model.h"
 #include "testing.h"
@@ -233,6 +235,16 @@ TEST(Model, ConfidenceHeadTrainsOnItsRolloutAndScoresPredictions) {
   EXPECT_EQ(p.plddt.sizes(), (std::vector<int64_t>{3, 14 * data::kMaxAtomsPerToken}));
   EXPECT_GE(p.plddt.min().item<double>(), 0.0);
   EXPECT_LE(p.plddt.max().item<double>(), 100.0);
+  // The ranking score of each sample with its disorder term (AF3 SI Sec. 5.9.3).
+  ASSERT_EQ(p.fraction_disordered.sizes(), (std::vector<int64_t>{3}));
+  const ProteinResidues residues = protein_residues(b, 0);
+  for (int64_t k = 0; k < 3; ++k) {
+    const double f = p.fraction_disordered[k].item<double>();
+    EXPECT_EQ(f, fraction_disordered(p.coords[k], residues));
+    const double iptm = std::isnan(p.iptm[k].item<double>()) ? p.ptm[k].item<double>() : p.iptm[k].item<double>();
+    EXPECT_NEAR(p.ranking_score[k].item<double>(),
+                0.8 * iptm + 0.2 * p.ptm[k].item<double>() + 0.5 * f - (p.has_clash[k].item<bool>() ? 100 : 0), 1e-12);
+  }
 }
 
 TEST(Distogram, BinsMatchHandComputedDistances) {

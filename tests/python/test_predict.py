@@ -139,7 +139,10 @@ def test_predict_fasta_with_dna_and_ligands(megafold_bin, checkpoint, tmp_path):
     assert 0 < scores["ptm"] <= 1 and 0 < scores["iptm"] <= 1 and scores["has_clash"] in (True, False)
     assert len(scores["chain_pair_iptm"]) == 3 and all(len(row) == 3 for row in scores["chain_pair_iptm"])
     assert scores["chain_ptm"] == [scores["chain_pair_iptm"][c][c] for c in range(3)]
+    # AF3's ranking score with its disorder term over the protein chain (DNA and ligands left out).
+    assert 0 <= scores["fraction_disordered"] <= 1
     assert scores["ranking_score"] == pytest.approx(0.8 * scores["iptm"] + 0.2 * scores["ptm"]
+                                                    + 0.5 * scores["fraction_disordered"]
                                                     - (100 if scores["has_clash"] else 0))
     summary = json.loads((out / "complex_summary.json").read_text())
     assert summary["ranking"] == [0]
