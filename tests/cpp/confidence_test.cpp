@@ -407,17 +407,6 @@ constexpr double kPi = std::numbers::pi;
 constexpr double kCaSphere = 1.87 + kWaterProbeRadius;  // DSSP's CA radius expanded by the probe
 constexpr double kHalfDot = 2 * kPi * kCaSphere * kCaSphere / kSurfaceDots;  // see surface_dots
 
-// The message of the megafold::Error that f throws ("" when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Residues collapsed onto their CA: every other atom (DSSP radius r < 1.87 A) sits (1.87 - r) / 2
 // from the CA in a random direction. Its expanded sphere then lies inside CA's (offset + r +
 // probe < 3.27 A): it has no free dot, and whatever dot it covers CA's sphere covers too; and no

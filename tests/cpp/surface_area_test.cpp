@@ -24,17 +24,6 @@ namespace {
 using namespace megafold::testing;
 constexpr double kPi = std::numbers::pi;
 
-// The message of the megafold::Error that f throws ("" when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Exposed area of sphere i (expanded radius Ri) with sphere j (Rj) at distance d: the part of
 // i's surface within Rj of j's centre is the cap above height z0 = (Ri^2 + d^2 - Rj^2) / (2 Ri
 // d) along the axis to j, of area 2 pi Ri^2 (1 - z0) (Archimedes); no cap when the spheres do

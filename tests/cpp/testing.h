@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
+
 namespace megafold::testing {
 
 // A seed that differs per run (printed on failure) so inputs are fresh but reproducible.
@@ -19,6 +21,17 @@ uint64_t fresh_seed();
 
 // Max-abs error of a relative to b, over max-abs of b (0 when b is all zeros).
 double rel_error(const at::Tensor& a, const at::Tensor& b);
+
+// The message of the megafold::Error that f throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const megafold::Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // Checks the autograd gradient of sum(f(inputs) * w) for a random w against central finite
 // differences, for every input that requires grad. Inputs must be float64.
