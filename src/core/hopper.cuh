@@ -68,13 +68,28 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t phase) {
       : "memory");
 }
 
-// A ring of kStages shared-memory slots between one producer thread (TMA copies) and the
-// consumer threads: slot s is "full" once the bytes announced for it have landed and "empty"
-// once every consumer thread has released it. Steps map to slots round-robin; the phase
-// parity of a slot flips each time round the ring.
+// The "full" side of a ring of kStages shared-memory slots: slot s is full once the bytes
+// announced for it have landed. Steps map to slots round-robin; the phase parity of a slot
+// flips each time round the ring.
 template <int kStages>
-struct Ring {
-  uint64_t full[kStages], empty[kStages];
+struct FullSlots {
+  uint64_t full[kStages];
+
+  __device__ __forceinline__ uint64_t* filled(int s) { return &full[s]; }
+  // Consumers: wait for the slot of `step` to be full.
+  __device__ __forceinline__ int wait(int step) {
+    const int s = step % kStages;
+    barrier_wait(&full[s], (step / kStages) & 1);
+    return s;
+  }
+};
+
+// A ring between one producer thread (TMA copies) and the consumer threads: a slot is also
+// "empty" once every consumer thread has released it.
+template <int kStages>
+struct Ring : FullSlots<kStages> {
+  using FullSlots<kStages>::full;
+  uint64_t empty[kStages];
 
   __device__ __forceinline__ void init(int consumer_threads) {
     for (int s = 0; s < kStages; ++s) {
@@ -90,13 +105,7 @@ struct Ring {
     barrier_expect_bytes(&full[s], bytes);
     return s;
   }
-  __device__ __forceinline__ uint64_t* filled(int s) { return &full[s]; }
-  // Consumers: wait for the slot of `step` to be full; release it when done reading.
-  __device__ __forceinline__ int wait(int step) {
-    const int s = step % kStages;
-    barrier_wait(&full[s], (step / kStages) & 1);
-    return s;
-  }
+  // Consumers: release the slot when done reading it.
   __device__ __forceinline__ void release(int s) { barrier_arrive(&empty[s]); }
 };
 
@@ -178,8 +187,8 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 // a slot to empty (a producer thread that did held its warpgroup back whenever another ran
 // behind), and each slot is refilled as early as it can be.
 template <int kStages, int kGroups>
-struct SelfFilledRing {
-  uint64_t full[kStages];
+struct SelfFilledRing : FullSlots<kStages> {
+  using FullSlots<kStages>::full;
   int released[kStages];  // warpgroup releases so far: a multiple of kGroups when all are done
 
   // Thread 0, before the barrier that makes the ring visible to the block.
@@ -194,13 +203,6 @@ struct SelfFilledRing {
   __device__ __forceinline__ int arm(int step, uint32_t bytes) {
     const int s = step % kStages;
     barrier_expect_bytes(&full[s], bytes);
-    return s;
-  }
-  __device__ __forceinline__ uint64_t* filled(int s) { return &full[s]; }
-  // Waits for the slot of `step` to be full.
-  __device__ __forceinline__ int wait(int step) {
-    const int s = step % kStages;
-    barrier_wait(&full[s], (step / kStages) & 1);
     return s;
   }
   // Every thread of warpgroup `wg` when the group is done reading slot s (its wgmma waited
