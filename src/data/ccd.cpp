@@ -120,13 +120,22 @@ std::string default_ccd_path() {
 }
 
 const Ccd* default_ccd() {
+  // Opened once: a malformed table's error is kept and raised again on every call rather than
+  // the file being read again (call_once would retry after a throw).
   static std::once_flag once;
   static std::unique_ptr<Ccd> ccd;
+  static std::string failure;
   std::call_once(once, [] {
     const std::string path = default_ccd_path();
     std::error_code ec;
-    if (!path.empty() && std::filesystem::exists(path, ec)) ccd = std::make_unique<Ccd>(path);
+    if (path.empty() || !std::filesystem::exists(path, ec)) return;
+    try {
+      ccd = std::make_unique<Ccd>(path);
+    } catch (const Error& ex) {
+      failure = ex.what();
+    }
   });
+  if (!failure.empty()) throw Error(failure);
   return ccd.get();
 }
 
