@@ -189,10 +189,11 @@ class Reader {
     }
     std::vector<int32_t> numbers(types.size());
     for (size_t k = 0; k < types.size(); ++k) numbers[k] = static_cast<int32_t>(k + 1);
-    Msa msa = unpaired_msa(body, kind.mol, types, numbers, where);
-    for (const char* unused : {"pairedMsa", "pairedMsaPath"})
-      if (body.contains(unused) && !body[unused].is_null() && !(body[unused].is_string() && body[unused].get<std::string>().empty()))
-        warn(where + "." + unused + " is not used: rows are paired by species from the unpaired MSAs' headers");
+    Msa msa = chain_msa(body, "unpairedMsa", kind.mol, types, numbers, where);
+    // A given paired MSA (even an empty one) is the pairing, as in AF3; without one, rows are
+    // paired by the species the unpaired MSAs' headers name.
+    if (has(body, "pairedMsa") || has(body, "pairedMsaPath"))
+      msa = with_paired_rows(chain_msa(body, "pairedMsa", kind.mol, types, numbers, where), msa);
     if (body.contains("templates") && body["templates"].is_array() && !body["templates"].empty())
       warn(where + ".templates are not used: there is no template module yet");
     for (const std::string& id : chain_ids) {
@@ -215,21 +216,23 @@ class Reader {
     }
   }
 
-  // The chain's unpaired MSA: a3m text (unpairedMsa) or a file (unpairedMsaPath, relative to
-  // the JSON file); single-sequence when absent or empty.
-  Msa unpaired_msa(const json& body, MolType mol, const std::vector<int8_t>& types, const std::vector<int32_t>& numbers,
-                   const std::string& where) {
+  static bool has(const json& body, const std::string& key) { return body.contains(key) && !body[key].is_null(); }
+
+  // One of the chain's MSAs (field "unpairedMsa" or "pairedMsa"): a3m text (<field>) or a file
+  // (<field>Path, relative to the JSON file); single-sequence when absent or empty.
+  Msa chain_msa(const json& body, const std::string& field, MolType mol, const std::vector<int8_t>& types,
+                const std::vector<int32_t>& numbers, const std::string& where) {
     if (mol == MolType::kDna) return {};
-    const bool text = body.contains("unpairedMsa") && !body["unpairedMsa"].is_null();
-    const bool file = body.contains("unpairedMsaPath") && !body["unpairedMsaPath"].is_null();
-    if (text && file) fail(where, "give unpairedMsa or unpairedMsaPath, not both");
+    const std::string path_field = field + "Path";
+    const bool text = has(body, field), file = has(body, path_field);
+    if (text && file) fail(where, "give " + field + " or " + path_field + ", not both");
     Msa raw;
     std::string origin;
     if (text) {
-      origin = path_ + ": " + where + ".unpairedMsa";
-      raw = parse_a3m(string(body["unpairedMsa"], where + ".unpairedMsa"), origin, mol);
+      origin = path_ + ": " + where + "." + field;
+      raw = parse_a3m(string(body[field], where + "." + field), origin, mol);
     } else if (file) {
-      std::filesystem::path p = string(body["unpairedMsaPath"], where + ".unpairedMsaPath");
+      std::filesystem::path p = string(body[path_field], where + "." + path_field);
       if (p.is_relative()) p = std::filesystem::path(path_).parent_path() / p;
       origin = p.string();
       raw = load_a3m(origin, mol);

@@ -4,11 +4,13 @@
 //
 // Read: name; modelSeeds; sequences of protein / rna / dna (sequence, one id or a list of ids
 // for copies, modifications by CCD code and 1-based position, unpairedMsa as a3m text or
-// unpairedMsaPath, relative to the JSON file) and ligand (ccdCodes, several for a multi-residue
-// ligand such as a glycan, or smiles); bondedAtomPairs ([chain id, 1-based residue, atom name]
-// pairs). Modified residues become per-atom tokens linked to their neighbours, as in structure
-// files. Not used yet, each with a warning when given: pairedMsa / pairedMsaPath (rows are
-// paired by species from the unpaired MSAs instead), templates (no template module yet), userCCD / userCCDPath (the CCD table only).
+// unpairedMsaPath, relative to the JSON file; for proteins pairedMsa / pairedMsaPath, whose row
+// k pairs with row k of the other chains', and which, when given, is the only pairing, as in
+// AF3; without it rows are paired by the species of the unpaired MSAs' headers) and ligand
+// (ccdCodes, several for a multi-residue ligand such as a glycan, or smiles); bondedAtomPairs
+// ([chain id, 1-based residue, atom name] pairs). Modified residues become per-atom tokens
+// linked to their neighbours, as in structure files. Not used yet, each with a warning when
+// given: templates (no template module yet), userCCD / userCCDPath (the CCD table only).
 #include <cstdint>
 #include <string>
 #include <vector>

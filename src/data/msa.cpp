@@ -192,6 +192,34 @@ Msa msa_columns(const Msa& msa, const std::vector<int64_t>& columns) {
   return out;
 }
 
+uint64_t paired_row_species(int64_t row) {
+  // Outside species_of_header's keys: those are hashes of "OX=..."-style text, never of this.
+  return fnv1a64("paired MSA row " + std::to_string(row));
+}
+
+Msa with_paired_rows(const Msa& paired, const Msa& unpaired) {
+  if (paired.depth == 0 && unpaired.depth == 0) return {};
+  MF_CHECK(paired.depth == 0 || unpaired.depth == 0 || paired.length == unpaired.length,
+           "paired and unpaired MSAs of one chain differ in length: ", paired.length, " and ", unpaired.length);
+  Msa out;
+  out.length = paired.depth > 0 ? paired.length : unpaired.length;
+  auto append = [&](const Msa& m, int64_t first, bool own_species) {
+    for (int64_t r = first; r < m.depth; ++r) {
+      out.tokens.insert(out.tokens.end(), m.tokens.begin() + r * m.length, m.tokens.begin() + (r + 1) * m.length);
+      out.deletions.insert(out.deletions.end(), m.deletions.begin() + r * m.length,
+                           m.deletions.begin() + (r + 1) * m.length);
+      out.species.push_back(own_species && r > 0 ? paired_row_species(r) : 0);
+      ++out.depth;
+    }
+  };
+  append(paired, 0, true);
+  append(unpaired, paired.depth > 0 ? 1 : 0, false);  // one query row
+  MsaProfile p = msa_profile(out);
+  out.profile = std::move(p.profile);
+  out.deletion_mean = std::move(p.deletion_mean);
+  return out;
+}
+
 MsaProfile msa_profile(const Msa& msa) {
   MsaProfile p;
   p.profile.assign(msa.length * kNumTokenTypes, 0.f);

@@ -55,6 +55,15 @@ Msa load_a3m(const std::string& path, MolType mol = MolType::kProtein);
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
                   const std::string& origin);
 
+// The MSA of a chain whose paired rows are given (AlphaFold 3 JSON's pairedMsa, SI 2.3): row k
+// of every chain's paired MSA pairs with row k of the others', so each of those rows gets a
+// species of its own made from k (paired_row_species), and the unpaired rows follow with none,
+// as AF3 pairs nothing else once the paired MSA is given. Both are mapped to the chain already
+// (msa_for_chain) and either may be empty (depth 0); the result's query is the paired MSA's
+// (else the unpaired one's) and it carries its profile.
+Msa with_paired_rows(const Msa& paired, const Msa& unpaired);
+uint64_t paired_row_species(int64_t row);
+
 struct Entry;  // data/structure.h, which holds each chain's Msa
 
 // The MSA of each protein and RNA chain c of e without one yet, from

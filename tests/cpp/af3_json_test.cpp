@@ -8,6 +8,9 @@
 #include "core/check.h"
 #include "data/af3_json.h"
 #include "data/ccd.h"
+#include "data/features.h"
+#include "data/msa.h"
+#include "data/msa_features.h"
 #include "data/residue_constants.h"
 #include "testing.h"
 
@@ -179,10 +182,54 @@ TEST(Af3Json, WarnsOfWhatItDoesNotUse) {
   EXPECT_EQ(e.restype[1], amino_acid_of_letter('K'));  // the unknown modification: the standard residue kept
   std::string all;
   for (const std::string& w : e.warnings) all += w + "\n";
-  for (const char* part : {"pairedMsa is not used", "templates are not used", "userCCD is not used",
+  for (const char* part : {"templates are not used", "userCCD is not used",
                            "component ZZZQ is not in the CCD; kept as the standard LYS",
                            "component NOPE1 is not in the CCD; skipped", "chain B has no atoms left"})
     EXPECT_NE(all.find(part), std::string::npos) << part << "\n" << all;
+}
+
+// A given pairedMsa pairs its rows by index across chains, and is then the only pairing: the
+// unpaired rows' species (the same OX in both chains here) pair nothing. An empty pairedMsa
+// gives no pairs at all; without one, the unpaired headers' species pair.
+TEST(Af3Json, PairedMsaPairsRowsByIndexAndIsThenTheOnlyPairing) {
+  const TempDir dir;
+  auto job = [&](const std::string& paired_a, const std::string& paired_b) {
+    std::string j = R"({"name": "p", "modelSeeds": [1], "dialect": "alphafold3", "version": 2, "sequences": [
+      {"protein": {"id": "A", "sequence": "MKTA", "unpairedMsa": ">q\nMKTA\n>u1 OX=9606\nMKSA\n>u2 OX=10090\nLKTA\n")";
+    j += paired_a + R"(}},
+      {"protein": {"id": "B", "sequence": "GWE", "unpairedMsa": ">q\nGWE\n>v1 OX=9606\nGWD\n")";
+    j += paired_b + "}}]}";
+    return load_af3_json(dir.write("p.json", j), &ccd()).entry;
+  };
+  const std::string pa = R"(, "pairedMsa": ">q\nMKTA\n>a1\nMRTA\n>a2\nMKTV\n")";
+  const std::string pb = R"(, "pairedMsa": ">q\nGWE\n>b1\nAWE\n>b2\nGFE\n")";
+  const Entry e = job(pa, pb);
+  ASSERT_EQ(e.msas.size(), 2u);
+  const Msa& a = e.msas[0];
+  ASSERT_EQ(a.depth, 3 + 2);  // the paired MSA (query and two rows), then the unpaired rows
+  EXPECT_EQ(a.species, (std::vector<uint64_t>{0, paired_row_species(1), paired_row_species(2), 0, 0}));
+  EXPECT_EQ(e.msas[1].species, (std::vector<uint64_t>{0, paired_row_species(1), paired_row_species(2), 0}));
+  // Profile over all five rows: column 1 (K) is R in one of them.
+  EXPECT_FLOAT_EQ(a.profile[1 * kNumTokenTypes + amino_acid_of_letter('R')], 1.f / 5.f);
+
+  const EntryMsa m = entry_msa(e, all_tokens(e), {100, 5});
+  ASSERT_EQ(m.rows, 1 + 2 + 2 + 1);  // query; two pairs; A's and B's unpaired rows, unpaired
+  auto row = [&](int k) { return std::string(m.tokens.begin() + k * 7, m.tokens.begin() + (k + 1) * 7); };
+  auto letters = [](const std::string& seq) {
+    std::string t;
+    for (char c : seq) t += static_cast<char>(amino_acid_of_letter(c));
+    return t;
+  };
+  EXPECT_EQ(row(1), letters("MRTA" "AWE"));
+  EXPECT_EQ(row(2), letters("MKTV" "GFE"));
+
+  // An empty paired MSA: nothing pairs, not even the unpaired rows' shared species.
+  const Entry none = job(R"(, "pairedMsa": "")", R"(, "pairedMsa": "")");
+  EXPECT_EQ(none.msas[0].species, (std::vector<uint64_t>{0, 0, 0}));
+  EXPECT_EQ(entry_msa(none, all_tokens(none), {100, 5}).rows, 1 + 2 + 1);
+  // Without one, the unpaired headers' species pair (OX=9606 in both chains).
+  const Entry by_species = job("", "");
+  EXPECT_EQ(entry_msa(by_species, all_tokens(by_species), {100, 5}).rows, 1 + 1 + 1);
 }
 
 }  // namespace
