@@ -106,6 +106,34 @@ TEST_F(TriangleAttentionCuda, PortableKernelsOnAnyGpu) {
   check_case({at::kBFloat16, 37, 11, 8, 32, /*bias=*/false, /*mask=*/true, /*gate=*/true});
 }
 
+// A masked key whose logits would dwarf every other key's (a bias of 40): the forward leaves it
+// out, and its gradients must be zeros, not 0 x inf (its P, recomputed without the mask in the
+// key-owning backward, overflows fp16 by far).
+TEST_F(TriangleAttentionCuda, MaskedKeysWithHugeLogitsGetZeroGradients) {
+  const int64_t N = 70, R = 3, H = 2, d = 32;
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  at::Tensor bias = at::randn({1, H, N, N}, o);
+  at::Tensor mask = at::ones({1, R, N}, o);
+  for (const int64_t key : {5, 66}) {
+    bias.select(3, key).fill_(40.f);
+    mask.select(2, key).fill_(0.f);
+  }
+  const std::vector<at::Tensor> in = {at::randn({1, R, N, H, d}, o), at::randn({1, R, N, H, d}, o),
+                                      at::randn({1, R, N, H, d}, o), bias, at::randn({1, R, N, H, d}, o)};
+  const at::Tensor grad = at::randn({1, R, N, H, d}, o);
+  const auto ref64 = run(in, mask, grad, at::kDouble, true);
+  const auto naive = run(in, mask, grad, at::kHalf, true);
+  const auto ours = run(in, mask, grad, at::kHalf, false);
+  const std::vector<std::string> names = {"out", "dq", "dk", "dv", "dbias", "dgate"};
+  ASSERT_EQ(ours.size(), names.size());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_TRUE(ours[i].isfinite().all().item<bool>()) << names[i];
+    expect_within_derived_tolerance(ours[i], naive[i], ref64[i], 1e-3, names[i].c_str());
+  }
+  for (const int64_t key : {5, 66})
+    for (size_t i : {2, 3}) EXPECT_EQ(ours[i].select(2, key).abs().max().item<float>(), 0.f) << names[i] << " key " << key;
+}
+
 // MSA column attention has no bias; single attention with pair bias has one row and no mask;
 // an ungated use returns o itself.
 TEST_F(TriangleAttentionCuda, EveryVariant) {
