@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/cuda_check.h"
@@ -787,6 +788,16 @@ void check_grid(int64_t x, int64_t y, int64_t z) {
            " x ", z, " exceeds the launch limits");
 }
 
+// Calls f(has_bias, has_mask) with each a std::bool_constant, so that one call picks the
+// kernel instantiation for the inputs at hand.
+template <typename F>
+void with_bias_and_mask(const TriangleAttentionParams& p, F&& f) {
+  auto with_mask = [&](auto bias) {
+    p.mask != nullptr ? f(bias, std::true_type{}) : f(bias, std::false_type{});
+  };
+  p.bias != nullptr ? with_mask(std::true_type{}) : with_mask(std::false_type{});
+}
+
 // Forward (kGrad false) or dQ (kGrad true).
 template <typename T, int D, bool kGrad>
 void launch_key_loop(const TriangleAttentionParams& p, cudaStream_t stream) {
@@ -797,12 +808,10 @@ void launch_key_loop(const TriangleAttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
   const char* name = kGrad ? "sm_90a dQ kernel" : "sm_90a forward kernel";
   const int smem = kGrad ? Tr::kGradSmem : Tr::kForwardSmem;
-  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, smem, stream, maps, p); };
-  const bool bias = p.bias != nullptr, mask = p.mask != nullptr;
-  if (bias && mask) run(tma_wgmma_key_loop_kernel<T, D, true, true, kGrad>);
-  else if (bias) run(tma_wgmma_key_loop_kernel<T, D, true, false, kGrad>);
-  else if (mask) run(tma_wgmma_key_loop_kernel<T, D, false, true, kGrad>);
-  else run(tma_wgmma_key_loop_kernel<T, D, false, false, kGrad>);
+  with_bias_and_mask(p, [&](auto bias, auto mask) {
+    launch(name, tma_wgmma_key_loop_kernel<T, D, decltype(bias)::value, decltype(mask)::value, kGrad>, grid,
+           Tr::kThreads, smem, stream, maps, p);
+  });
 }
 
 // dK/dV: a block per (b, h, 64 keys, kRows rows).
@@ -814,12 +823,10 @@ void launch_dkv(const TriangleAttentionParams& p, cudaStream_t stream) {
   check_grid(x, y, z);
   const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
   const char* name = "sm_90a dK/dV kernel";
-  auto run = [&](auto kernel) { launch(name, kernel, grid, Tr::kThreads, Tr::kQuerySmem, stream, maps, p); };
-  const bool bias = p.bias != nullptr, mask = p.mask != nullptr;
-  if (bias && mask) run(tma_wgmma_dkv_kernel<T, D, true, true>);
-  else if (bias) run(tma_wgmma_dkv_kernel<T, D, true, false>);
-  else if (mask) run(tma_wgmma_dkv_kernel<T, D, false, true>);
-  else run(tma_wgmma_dkv_kernel<T, D, false, false>);
+  with_bias_and_mask(p, [&](auto bias, auto mask) {
+    launch(name, tma_wgmma_dkv_kernel<T, D, decltype(bias)::value, decltype(mask)::value>, grid, Tr::kThreads,
+           Tr::kQuerySmem, stream, maps, p);
+  });
 }
 
 template <typename T, int D>
@@ -863,7 +870,9 @@ void backward_wgmma(const TriangleAttentionParams& p, void* stream) {
   MF_CHECK(p.dtype != DType::kFloat32, "triangle_attention sm_90a kernels take fp16/bf16");
   const bool bf16 = p.dtype == DType::kBFloat16;
   MF_CHECK(p.stats != nullptr && p.stats_ld % 2 == 0, "triangle_attention sm_90a backward: no (lse, delta) pairs");
-  if (p.bias != nullptr) make_bias_fragments(p, s);  // for dQ and the bias gradient
+  // For dQ and the bias gradient: made again rather than kept from the forward, whose copy
+  // (twice the bias's bytes) would then live from forward to backward in every block.
+  if (p.bias != nullptr) make_bias_fragments(p, s);
   bf16 ? launch_key_loop<__nv_bfloat16, 32, true>(p, s) : launch_key_loop<__half, 32, true>(p, s);
   bf16 ? launch_dkv<__nv_bfloat16, 32>(p, s) : launch_dkv<__half, 32>(p, s);
   if (p.bias == nullptr) return;
