@@ -15,6 +15,11 @@ int cache_main(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
       {"input", "DIR", "directory of mmCIF/PDB files (.gz too), searched recursively"},
       {"msa", "DIR", "optional per-chain MSAs named <entry>_<chain>.a3m or .a3m.gz (author chain id)"},
+      {"templates", "DIR",
+       "optional per-chain template hit lists named <entry>_<chain>.a3m, .sto or .m8 (each optionally .gz): hmmsearch "
+       "a3m or Stockholm, or BLAST tabular; needs --template-mmcif"},
+      {"template-mmcif", "DIR", "the template structures: DIR/<pdbid>.cif[.gz] or the PDB mirror's DIR/<ab>/<pdbid>.cif.gz"},
+      {"max-template-date", "DATE", "drop templates released after DATE, YYYY-MM-DD (default: no date filter)"},
       {"out", "CACHE", "cache directory (created; an existing one is completed, valid entries kept)"},
       {"jobs", "N", "worker threads (default: all cores)"},
       {"quiet", "", "no progress output"},
@@ -24,10 +29,13 @@ int cache_main(const std::vector<std::string>& argv) {
   if (args.has("help")) {
     std::cout << usage("cache",
                        "Parse every structure once and store its deterministic features (tokens, numbering, "
-                       "chains and entities, coordinates and masks, MSAs mapped onto each chain's residues) as "
+                       "chains and entities, coordinates and masks, MSAs mapped onto each chain's residues, up to "
+                       "20 templates per protein chain after dropping self-hits, hits of fewer than 10 aligned "
+                       "residues, near-duplicates of the query and, with --max-template-date, later releases) as "
                        "one checksummed binary file per entry, read back by memory mapping.\nTrain from it with "
                        "'megafold train --data CACHE'. Rerunning skips entries already cached and valid; inputs "
-                       "that cannot be used are listed with their reason in CACHE/skipped.tsv.",
+                       "that cannot be used are listed with their reason in CACHE/skipped.tsv. CACHE/units.tsv "
+                       "lists each entry's chains and interfaces, which data.sampling af3 draws (AF3 SI 2.5.1).",
                        specs);
     return 0;
   }
@@ -36,6 +44,15 @@ int cache_main(const std::vector<std::string>& argv) {
   data::CacheOptions o;
   o.input = *args.get("input");
   o.msa = args.get("msa").value_or("");
+  o.templates.hits = args.get("templates").value_or("");
+  o.templates.mmcif = args.get("template-mmcif").value_or("");
+  o.templates.max_release_date = args.get("max-template-date").value_or("");
+  if (o.templates.hits.empty() && (!o.templates.mmcif.empty() || !o.templates.max_release_date.empty()))
+    throw Error("--template-mmcif and --max-template-date need --templates DIR (the hit lists; see --help)");
+  if (!o.templates.hits.empty() && o.templates.mmcif.empty())
+    throw Error("--templates needs --template-mmcif DIR, the structures its hits name (see --help)");
+  if (!o.templates.max_release_date.empty() && !data::is_release_date(o.templates.max_release_date))
+    throw Error("--max-template-date '" + o.templates.max_release_date + "' is not a date written YYYY-MM-DD");
   o.out = *args.get("out");
   o.jobs = static_cast<int>(args.get_int("jobs", 0));
   o.quiet = args.has("quiet");
@@ -48,11 +65,11 @@ int cache_main(const std::vector<std::string>& argv) {
   });
   if (tty && !o.quiet) std::printf("\n");
   std::printf("cache %s: %lld entries (%lld built, %lld already cached), %lld skipped, %lld warnings (see "
-              "skipped.tsv); %lld tokens, %lld chains, %lld MSA rows, %.1f MB; %.1f s (%.1f inputs/s)\n",
+              "skipped.tsv); %lld tokens, %lld chains, %lld MSA rows, %lld templates, %.1f MB; %.1f s (%.1f inputs/s)\n",
               o.out.c_str(), static_cast<long long>(s.entries), static_cast<long long>(s.built),
               static_cast<long long>(s.reused), static_cast<long long>(s.skipped), static_cast<long long>(s.warnings),
-              static_cast<long long>(s.tokens),
-              static_cast<long long>(s.chains), static_cast<long long>(s.msa_rows), s.bytes / 1e6, s.seconds,
+              static_cast<long long>(s.tokens), static_cast<long long>(s.chains), static_cast<long long>(s.msa_rows),
+              static_cast<long long>(s.templates), s.bytes / 1e6, s.seconds,
               (s.entries + s.skipped) / std::max(s.seconds, 1e-9));
   return 0;
 }

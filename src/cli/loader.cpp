@@ -15,6 +15,7 @@
 #include "data/crop.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/sampling.h"
 
 namespace megafold::cli {
 namespace {
@@ -37,6 +38,9 @@ int loader_main(const std::vector<std::string>& argv) {
       {"workers", "N", "loader threads (default 2)"},
       {"seed", "N", "sample stream seed (default 0)"},
       {"msa-rows", "N", "MSA rows drawn per sample, the query included (default 128)"},
+      {"max-templates", "N", "templates per chain drawn per sample as training draws them (default 4)"},
+      {"sampling", "entry|af3", "what a sample of a cache draws, as data.sampling (default entry); af3 adds its "
+                                "start-up (units.tsv, or decoding the entries) to startup_s"},
       {"help", "", "show this help"},
   };
   const Args args(argv, specs);
@@ -51,12 +55,16 @@ int loader_main(const std::vector<std::string>& argv) {
   MF_CHECK(args.has("data"), "--data is required (see --help)");
   const std::string dir = *args.get("data");
   const bool cached = data::is_cache_dir(dir);
+  const std::string sampling = args.get("sampling").value_or("entry");
+  MF_CHECK(sampling == "entry" || sampling == "af3", "--sampling must be entry or af3, got '", sampling, "'");
+  MF_CHECK(sampling == "entry" || cached, "--sampling af3 needs a feature cache as --data (megafold cache)");
   const double rss_before = resident_gb();
   const auto t_start = std::chrono::steady_clock::now();
   std::optional<data::Dataset> ds;  // a cache: as training loads it (the index only)
   std::vector<std::string> files;   // raw files: parsed per sample
   if (cached) ds = data::load_dataset(dir, /*quiet=*/true, /*overfit=*/true);
   else files = data::list_structure_files(dir);
+  if (sampling == "af3") data::use_af3_sampling(*ds, "", /*quiet=*/true);
   const double startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   const double rss_start = resident_gb();
   MF_CHECK(cached || !files.empty(), "no entries under ", dir);
@@ -65,20 +73,23 @@ int loader_main(const std::vector<std::string>& argv) {
   const int workers = static_cast<int>(args.get_int("workers", 2));
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
   const int64_t msa_rows = args.get_int("msa-rows", 128);
+  const int64_t max_templates = args.get_int("max-templates", 4);
   MF_CHECK(crop > 0 && samples > 0 && workers > 0 && msa_rows > 0,
            "--crop, --samples, --workers and --msa-rows must be > 0");
+  MF_CHECK(max_templates >= 0, "--max-templates must be >= 0");
   auto make = [&](int64_t k) {
-    // Sample k's entry, crop and MSA rows, each from its own seed derived from (seed, k).
+    // Sample k's entry, crop, MSA rows and templates, each from its own seed derived from (seed, k).
     const uint64_t s = mix_seed(seed, static_cast<uint64_t>(k));
     if (cached) {
-      const auto [e, tokens] = data::sample_or_replace(*ds, seed, static_cast<uint64_t>(k), [&](const data::Entry& x, uint64_t) {
-        return data::training_crop(x, crop, {}, mix_seed(s, 1));
-      });
-      return data::make_batch({e.get()}, {tokens}, crop, {msa_rows, mix_seed(s, 2)});
+      const auto [e, tokens] = data::sample_or_replace(
+          *ds, seed, static_cast<uint64_t>(k), [&](const data::Entry& x, uint64_t, const data::CropFocus& focus) {
+            return data::training_crop(x, crop, {}, mix_seed(s, 1), focus);
+          });
+      return data::make_batch({e.get()}, {tokens}, crop, {msa_rows, mix_seed(s, 2)}, {max_templates, true, mix_seed(s, 3)});
     }
     const data::Entry e = data::load_entry(files[s % files.size()]);
     const auto tokens = data::training_crop(e, crop, {}, mix_seed(s, 1));
-    return data::make_batch({&e}, {tokens}, crop, {msa_rows, mix_seed(s, 2)});
+    return data::make_batch({&e}, {tokens}, crop, {msa_rows, mix_seed(s, 2)}, {max_templates, true, mix_seed(s, 3)});
   };
   const auto t0 = std::chrono::steady_clock::now();
   {
@@ -87,10 +98,10 @@ int loader_main(const std::vector<std::string>& argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const size_t entries = cached ? ds->train.size() : files.size();
-  std::printf("{\"mode\": \"%s\", \"entries\": %zu, \"crop\": %d, \"samples\": %lld, \"workers\": %d, "
-              "\"seconds\": %.4f, \"samples_per_s\": %.2f, \"startup_s\": %.4f, \"rss_before_gb\": %.4f, "
-              "\"rss_start_gb\": %.4f, \"rss_after_gb\": %.4f}\n",
-              cached ? "cache" : "raw", entries, crop, static_cast<long long>(samples), workers, seconds,
+  std::printf("{\"mode\": \"%s\", \"sampling\": \"%s\", \"entries\": %zu, \"crop\": %d, \"samples\": %lld, "
+              "\"workers\": %d, \"seconds\": %.4f, \"samples_per_s\": %.2f, \"startup_s\": %.4f, "
+              "\"rss_before_gb\": %.4f, \"rss_start_gb\": %.4f, \"rss_after_gb\": %.4f}\n",
+              cached ? "cache" : "raw", sampling.c_str(), entries, crop, static_cast<long long>(samples), workers, seconds,
               static_cast<double>(samples) / seconds, startup_s, rss_before, rss_start, resident_gb());
   return 0;
 }

@@ -92,7 +92,7 @@ data::Batch whole_model_batch(const std::string& data_dir, int64_t n, int64_t ro
            " (pass --data with the bundled structures, data/pdb)");
   std::vector<int32_t> crop(std::min<int64_t>(n, static_cast<int64_t>(e.restype.size())));
   std::iota(crop.begin(), crop.end(), 0);
-  data::Batch b = data::make_batch({&e}, {crop}, static_cast<int>(n), {1, 0});
+  data::Batch b = data::make_batch({&e}, {crop}, static_cast<int>(n), {1, 0}, {/*max_templates=*/0});
   if (rows > 1) {
     at::manual_seed(1);
     const at::Tensor real = b.token_mask.unsqueeze(1);  // [1, 1, n]

@@ -117,8 +117,8 @@ void keys(S& d, auto&& f) {
   f("dir", d.dir), f("crop_size", d.crop_size), f("batch_size", d.batch_size), f("val_crop_size", d.val_crop_size);
   f("overfit", d.overfit), f("crop_contiguous", d.crop_contiguous), f("crop_spatial", d.crop_spatial);
   f("crop_spatial_interface", d.crop_spatial_interface), f("weights", d.weights), f("split", d.split);
-  f("clusters", d.clusters);
-  f("msa_rows", d.msa_rows), f("workers", d.workers), f("prefetch", d.prefetch);
+  f("clusters", d.clusters), f("sampling", d.sampling), f("chain_clusters", d.chain_clusters);
+  f("msa_rows", d.msa_rows), f("max_templates", d.max_templates), f("workers", d.workers), f("prefetch", d.prefetch);
 }
 
 template <typename S>
@@ -275,12 +275,24 @@ void validate(const TrainConfig& c, const std::string& origin) {
   non_negative(c.model.relpos_r_max, "model.relpos_r_max");
   non_negative(c.model.relpos_s_max, "model.relpos_s_max");
   non_negative(c.data.val_crop_size, "data.val_crop_size");
+  non_negative(c.data.max_templates, "data.max_templates");
   non_negative(c.optim.warmup_steps, "optim.warmup_steps");
   non_negative(c.optim.decay_every, "optim.decay_every");
   if (c.val_every < -1) throw Error(origin + ": 'val_every' must be >= -1 (0: only at the end, -1: never)");
   non_negative(c.threads, "threads");
   if (!c.data.weights.empty() && !c.data.clusters.empty())
     throw Error(origin + ": 'data.weights' and 'data.clusters' both set; give one (clusters derive the weights)");
+  if (c.data.sampling != "entry" && c.data.sampling != "af3")
+    throw Error(origin + ": 'data.sampling' must be \"entry\" (whole entries) or \"af3\" (AF3's chains and " +
+                "interfaces), got \"" + c.data.sampling + "\"");
+  if (c.data.sampling == "af3" && (!c.data.weights.empty() || !c.data.clusters.empty()))
+    throw Error(origin + ": 'data.sampling' af3 weighs chains and interfaces (AF3 SI 2.5.1) and '" +
+                (c.data.weights.empty() ? "data.clusters" : "data.weights") +
+                "' weighs whole entries: set data.sampling=entry to keep it, or drop it (chain clusters for af3 "
+                "go in 'data.chain_clusters')");
+  if (!c.data.chain_clusters.empty() && c.data.sampling != "af3")
+    throw Error(origin + ": 'data.chain_clusters' is read by data.sampling af3 only (it is \"" + c.data.sampling +
+                "\"): set data.sampling=af3 or drop it");
   non_negative(c.max_skipped_steps, "max_skipped_steps");
   auto in_range = [&](double v, double lo, double hi, const char* key, const char* range) {
     if (!(v >= lo && v <= hi)) throw Error(origin + ": '" + key + "' must be in " + range + ", got " + std::to_string(v));

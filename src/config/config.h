@@ -30,9 +30,23 @@ struct DataConfig {
   // Optional cluster file, a TSV of "entry<TAB>cluster": entries are weighted 1 / cluster size
   // so that clusters are drawn equally often (AF3 SI 2.5.1); exclusive with `weights`.
   std::string clusters;
+  // What a sample draws: "entry" (a whole entry: once per epoch, or by `weights`/`clusters`) or
+  // "af3" (AF3 SI 2.5.1: a chain or an interface of a training entry, weighted by eq. 1, and the
+  // spatial crops centred on it; data/sampling.h). "af3" is exclusive with `weights` and
+  // `clusters`, which weigh whole entries.
+  std::string sampling = "entry";
+  // With "af3": optional TSV of "entry<TAB>author chain id<TAB>cluster" for polymer chains
+  // (e.g. proteins at 40% identity); "" or unlisted chains: molecule type + exact sequence,
+  // ligands by CCD code (data/README.md).
+  std::string chain_clusters;
   // MSA rows per example, the query included: the loader draws them from each entry's
   // (unpaired) MSA as a pure function of (seed, step, sample) (data/msa_features.h).
   int64_t msa_rows = 128;
+  // Templates per chain shown to the model (AF3 SI 2.4): training draws k uniform in
+  // {0..min(max_templates, hits)} of each chain's cached hits per (seed, step, sample);
+  // validation and prediction take the top min(max_templates, hits). 0 = none
+  // (data/templates.h).
+  int64_t max_templates = 4;
   // Loader threads building batches ahead, and how many steps ahead (no effect on the batches).
   int64_t workers = 2;
   int64_t prefetch = 4;

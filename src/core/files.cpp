@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <vector>
 
 #include "core/check.h"
@@ -55,6 +56,17 @@ uint32_t file_crc32(const std::string& path, uint32_t crc, uint64_t* bytes) {
   }
   if (bytes != nullptr) *bytes = total;
   return static_cast<uint32_t>(c);
+}
+
+std::string read_maybe_gzipped(const std::string& path, const std::string& what) {
+  const std::unique_ptr<gzFile_s, int (*)(gzFile)> in(gzopen(path.c_str(), "rb"), gzclose);
+  if (!in) throw Error(path + ": cannot open " + what);
+  std::string text;
+  char buf[1 << 16];
+  int n = 0;
+  while ((n = gzread(in.get(), buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  if (n < 0) throw Error(path + ": read error (corrupt or truncated gzip?)");
+  return text;
 }
 
 }  // namespace megafold

@@ -16,4 +16,9 @@ void write_file_atomically(const std::string& path, const std::string& text);
 // `bytes` when given. Throws megafold::Error naming an unreadable file.
 uint32_t file_crc32(const std::string& path, uint32_t crc = 0, uint64_t* bytes = nullptr);
 
+// The bytes of a file, gunzipped when it is gzip-compressed (zlib passes plain files through).
+// Throws megafold::Error naming the file, and `what` it was meant to be ("MSA file"), when it
+// cannot be opened or its compressed stream is corrupt or truncated.
+std::string read_maybe_gzipped(const std::string& path, const std::string& what);
+
 }  // namespace megafold

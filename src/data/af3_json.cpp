@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "data/msa.h"
 #include "data/sequence_entry.h"
+#include "data/templates.h"
 
 namespace megafold::data {
 namespace {
@@ -84,6 +85,10 @@ class Reader {
     if (!msas_.empty()) {
       e.msas.assign(e.n_chains(), Msa{});
       for (auto& [asym, msa] : msas_) e.msas[asym] = std::move(msa);
+    }
+    if (!templates_.empty()) {
+      e.templates.assign(e.n_chains(), {});
+      for (auto& [asym, list] : templates_) e.templates[asym] = std::move(list);
     }
     e.warnings.insert(e.warnings.end(), warnings_.begin(), warnings_.end());
     finish_sequence_entry(e, path_);
@@ -194,8 +199,9 @@ class Reader {
     // paired by the species the unpaired MSAs' headers name.
     if (has(body, "pairedMsa") || has(body, "pairedMsaPath"))
       msa = with_paired_rows(chain_msa(body, "pairedMsa", kind.mol, types, numbers, where), msa);
-    if (body.contains("templates") && body["templates"].is_array() && !body["templates"].empty())
-      warn(where + ".templates are not used: there is no template module yet");
+    const std::vector<ChainTemplate> chain_templates =
+        kind.mol == MolType::kProtein ? templates(body, static_cast<int64_t>(types.size()), where)
+                                      : std::vector<ChainTemplate>{};
     for (const std::string& id : chain_ids) {
       const int asym = e.n_chains();
       for (size_t k = 0; k < types.size(); ++k) {
@@ -213,7 +219,67 @@ class Reader {
       link_modified_residues(e, asym);
       e.chain_ids.push_back(id);
       if (msa.depth > 0) msas_.emplace_back(asym, msa);
+      if (!chain_templates.empty()) templates_.emplace_back(asym, chain_templates);
     }
+  }
+
+  // A protein's "templates": each an mmCIF (text, "mmcif", or a file, "mmcifPath" relative to
+  // the JSON file) holding one protein chain, and 0-based queryIndices / templateIndices pairing
+  // the chain's residues with the template chain's (its full sequence, in order). The list is
+  // the chain's whole template list, in the order given, unfiltered.
+  std::vector<ChainTemplate> templates(const json& body, int64_t n_residues, const std::string& where) {
+    std::vector<ChainTemplate> out;
+    if (!has(body, "templates")) return out;
+    const json& list = body["templates"];
+    if (!list.is_array()) fail(where + ".templates", "expected a list");
+    for (size_t k = 0; k < list.size(); ++k) {
+      const std::string f = where + ".templates[" + std::to_string(k) + "]";
+      const json& item = list[k];
+      if (!item.is_object()) fail(f, "expected an object");
+      only(item, {"mmcif", "mmcifPath", "queryIndices", "templateIndices"}, f);
+      const bool text = has(item, "mmcif"), file = has(item, "mmcifPath");
+      if (text == file) fail(f, "give exactly one of 'mmcif' and 'mmcifPath'");
+      TemplateStructure st;
+      std::string field;
+      try {
+        if (text) {
+          field = f + ".mmcif";
+          st = parse_template_structure(string(item["mmcif"], field), path_ + ": " + field);
+        } else {
+          field = f + ".mmcifPath";
+          std::filesystem::path p = string(item["mmcifPath"], field);
+          if (p.is_relative()) p = std::filesystem::path(path_).parent_path() / p;
+          if (!std::filesystem::is_regular_file(p)) fail(field, "no file " + p.string());
+          st = read_template_structure(p.string());
+        }
+      } catch (const Error& ex) {
+        const std::string what = ex.what();
+        if (what.rfind(path_ + ": ", 0) == 0) throw;  // named already
+        fail(field, what);
+      }
+      if (st.chains.size() != 1)
+        fail(field, "expected an mmCIF of one protein chain, found " + std::to_string(st.chains.size()));
+      const std::vector<int64_t> query = indices(need(item, "queryIndices", f), f + ".queryIndices");
+      const std::vector<int64_t> templ = indices(need(item, "templateIndices", f), f + ".templateIndices");
+      const TemplateStructure::Chain& chain = st.chains.front();
+      try {
+        out.push_back(template_from_indices((st.id.empty() ? "template" : st.id) + "_" + chain.author_id, chain,
+                                            n_residues, query, templ, f));
+      } catch (const Error& ex) {
+        throw Error(path_ + ": " + ex.what());
+      }
+    }
+    return out;
+  }
+
+  std::vector<int64_t> indices(const json& v, const std::string& field) const {
+    if (!v.is_array()) fail(field, "expected a list of 0-based residue indices");
+    std::vector<int64_t> out;
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (!v[k].is_number_integer()) fail(field + "[" + std::to_string(k) + "]", "expected an integer, got " + v[k].dump());
+      out.push_back(v[k].get<int64_t>());
+    }
+    return out;
   }
 
   static bool has(const json& body, const std::string& key) { return body.contains(key) && !body[key].is_null(); }
@@ -317,6 +383,7 @@ class Reader {
   const Ccd* ccd_;
   std::set<std::string> used_ids_, skipped_ids_;
   std::vector<std::pair<int, Msa>> msas_;
+  std::vector<std::pair<int, std::vector<ChainTemplate>>> templates_;
   std::vector<std::string> warnings_;
 };
 

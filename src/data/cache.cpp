@@ -27,6 +27,7 @@
 #include "data/ccd.h"
 #include "data/dataset.h"
 #include "data/elements.h"
+#include "data/sampling.h"
 
 namespace megafold::data {
 namespace fs = std::filesystem;
@@ -136,11 +137,19 @@ int64_t msa_rows(const Entry& e) {
   return rows;
 }
 
+int64_t template_count(const Entry& e) {
+  int64_t n = 0;
+  for (const auto& chain : e.templates) n += static_cast<int64_t>(chain.size());
+  return n;
+}
+
 }  // namespace
 
 std::string encode_entry(const Entry& e) {
   const uint64_t n = e.restype.size(), chains = e.chain_ids.size();
   MF_CHECK(e.msas.empty() || e.msas.size() == chains, e.name, ": ", e.msas.size(), " MSAs for ", chains, " chains");
+  MF_CHECK(e.templates.empty() || e.templates.size() == chains, e.name, ": templates for ", e.templates.size(), " of ",
+           chains, " chains");
   Writer w;
   w.put(e.name);
   w.put(e.path);
@@ -185,6 +194,18 @@ std::string encode_entry(const Entry& e) {
     if (!m.profile.empty()) {
       w.put(m.profile);
       w.put(m.deletion_mean);
+    }
+  }
+  // Templates: per chain a count, then per template its name and its residue arrays (each
+  // template spans its chain's residues, which the decoder counts from the tokens).
+  w.put<uint64_t>(e.templates.size());
+  for (const std::vector<ChainTemplate>& chain : e.templates) {
+    w.put<uint64_t>(chain.size());
+    for (const ChainTemplate& t : chain) {
+      w.put(t.name);
+      w.put(t.restype);
+      w.put(t.coords);
+      w.put(t.mask);
     }
   }
   w.put<int32_t>(e.dropped_residues);
@@ -281,6 +302,29 @@ Entry decode_entry(const unsigned char* data, size_t size, const std::string& or
     }
     e.msas.push_back(std::move(m));
   }
+  const auto template_chains = r.get<uint64_t>();
+  if (template_chains != 0 && template_chains != chains) throw Error(origin + ": corrupt cache entry (template chain count)");
+  if (template_chains != 0) {
+    for (const int32_t a : e.asym_id)
+      if (a < 0 || a >= static_cast<int64_t>(chains)) throw Error(origin + ": corrupt cache entry (chain number)");
+    const std::vector<int64_t> residues = chain_residue_counts(e);
+    for (uint64_t c = 0; c < template_chains; ++c) {
+      const auto count = r.get<uint64_t>();
+      std::vector<ChainTemplate> list;
+      for (uint64_t k = 0; k < count; ++k) {
+        ChainTemplate t;
+        t.name = r.str();
+        const auto n_res = static_cast<uint64_t>(residues[c]);
+        t.restype = r.vec<int8_t>(n_res);
+        t.coords = r.vec<float>(n_res * kTemplateAtoms * 3);
+        t.mask = r.vec<uint8_t>(n_res * kTemplateAtoms);
+        for (const int8_t x : t.restype)
+          if (x != kGapToken && (x < 0 || x > kUnknownAminoAcid)) throw Error(origin + ": corrupt cache entry (template residue type)");
+        list.push_back(std::move(t));
+      }
+      e.templates.push_back(std::move(list));
+    }
+  }
   e.dropped_residues = r.get<int32_t>();
   e.dropped_hydrogens = r.get<int32_t>();
   if (!r.done()) throw Error(origin + ": corrupt cache entry (trailing bytes)");
@@ -325,7 +369,8 @@ struct Outcome {
   std::string inputs;  // the key of what the entry was built from (input_key)
   uint64_t bytes = 0;
   uint32_t crc = 0;
-  int64_t tokens = 0, chains = 0, msa_rows = 0;
+  int64_t tokens = 0, chains = 0, msa_rows = 0, templates = 0;
+  EntryUnits units;  // AF3 sampling units, for units.tsv
 };
 
 // A reason as one row of skipped.tsv: tabs and line breaks (gemmi's messages span lines)
@@ -341,32 +386,45 @@ std::string ccd_identity() {
   return c ? c->source() + ":" + std::to_string(c->size()) : "no CCD";
 }
 
-// What an entry is built from, as one key: the source file's bytes and each of its MSA files'
-// names and bytes. An entry is reused only when its key is the one its index row records, so a
-// changed source, a new, changed or removed MSA rebuilds it.
-std::string input_key(const std::string& source, const std::vector<std::string>& msa_files) {
+// What an entry is built from, as one key: the source file's bytes, each of its MSA files' and
+// template hit lists' names and bytes, and the template options (the mmCIF directory, the date
+// filter). An entry is reused only when its key is the one its index row records, so a changed
+// source, a new, changed or removed MSA or hit list, or other template options rebuild it.
+std::string input_key(const std::string& source, const std::vector<std::string>& msa_files,
+                      const std::vector<std::string>& template_files, const TemplateOptions& templates) {
   uint32_t crc = file_crc32(source);
   // Which CCD table parsed it (ligands and modified residues come from it; none: skipped), so
   // an entry built without the table, or with another, is rebuilt once a table is there.
   const std::string ccd = ccd_identity();
   crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(ccd.data()), static_cast<uInt>(ccd.size())));
+  auto add_text = [&](const std::string& text) {
+    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+  };
   for (const std::string& f : msa_files) {
-    const std::string name = fs::path(f).filename().string();
-    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size())));
+    add_text(fs::path(f).filename().string());
     crc = file_crc32(f, crc);
+  }
+  if (!templates.hits.empty()) {  // entries built without templates keep the key they had
+    add_text("templates:" + templates.mmcif + "|" + templates.max_release_date);
+    for (const std::string& f : template_files) {
+      add_text(fs::path(f).filename().string());
+      crc = file_crc32(f, crc);
+    }
   }
   char text[16];
   std::snprintf(text, sizeof(text), "%08x", crc);
   return text;
 }
 
-// MSA files of each entry name in `msa_dir` (<entry>_<chain>.a3m[.gz]), sorted.
-std::map<std::string, std::vector<std::string>> msa_files_by_entry(const std::string& msa_dir) {
+// Files of each entry name in `dir` named <entry>_<chain><ext> for one of `exts`, sorted: the
+// MSAs (.a3m[.gz]) or template hit lists (.a3m, .sto, .m8, each optionally .gz).
+std::map<std::string, std::vector<std::string>> files_by_entry(const std::string& dir,
+                                                               const std::vector<const char*>& exts) {
   std::map<std::string, std::vector<std::string>> out;
-  if (msa_dir.empty()) return out;
-  for (const auto& it : fs::directory_iterator(msa_dir)) {
+  if (dir.empty()) return out;
+  for (const auto& it : fs::directory_iterator(dir)) {
     std::string stem = it.path().filename().string();
-    for (const char* ext : {".a3m.gz", ".a3m"})
+    for (const char* ext : exts)
       if (stem.size() > std::strlen(ext) && stem.compare(stem.size() - std::strlen(ext), std::strlen(ext), ext) == 0) {
         stem.resize(stem.size() - std::strlen(ext));
         const auto cut = stem.rfind('_');
@@ -380,13 +438,14 @@ std::map<std::string, std::vector<std::string>> msa_files_by_entry(const std::st
 
 // `previous`: the inputs key the existing index records for this name ("" if none).
 Outcome cache_one(const std::string& path, const std::string& name, const CacheOptions& opts,
-                  const std::vector<std::string>& msa_files, const std::string& previous) {
+                  const std::vector<std::string>& msa_files, const std::vector<std::string>& template_files,
+                  const std::string& previous) {
   Outcome o;
   o.name = name;
   o.source = path;
   o.file = entry_file_name(name);
   try {
-    o.inputs = input_key(path, msa_files);
+    o.inputs = input_key(path, msa_files, template_files, opts.templates);
   } catch (const std::exception& ex) {
     o.error = ex.what();
     return o;
@@ -396,6 +455,8 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
     o.tokens = e.n_tokens();
     o.chains = e.n_chains();
     o.msa_rows = msa_rows(e);
+    o.templates = template_count(e);
+    o.units = entry_units(e);
     o.bytes = bytes.size();
     o.crc = crc_of(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   };
@@ -419,6 +480,7 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
       o.warnings.push_back(w.rfind(path + ": ", 0) == 0 ? w.substr(path.size() + 2) : w);
     e.name = name;
     attach_msas(e, opts.msa, o.warnings);
+    attach_templates(e, opts.templates, o.warnings);
     const std::string bytes = encode_entry(e);
     write_file_atomically(target, bytes);
     record(e, bytes);
@@ -438,6 +500,10 @@ CacheSummary write_synthetic_cache(const std::vector<Entry>& sources, int64_t co
   std::ostringstream index;
   index << "# megafold feature cache v" << kCacheVersion
         << "\nname\tfile\tbytes\tcrc32\ttokens\tchains\tmsa_rows\tsource\tinputs\n";
+  std::ostringstream units;
+  units << units_tsv_header();
+  std::vector<EntryUnits> source_units;  // entry i's are those of its source
+  for (const Entry& e : sources) source_units.push_back(entry_units(e));
   CacheSummary s;
   const int width = static_cast<int>(std::to_string(count - 1).size());
   for (int64_t i = 0; i < count; ++i) {
@@ -464,14 +530,16 @@ CacheSummary write_synthetic_cache(const std::vector<Entry>& sources, int64_t co
     const std::string bytes = encode_entry(e);
     const std::string file = entry_file_name(e.name);
     write_file_atomically((fs::path(out) / "entries" / file).string(), bytes);
-    index << e.name << "\t" << file << "\t" << bytes.size() << "\t"
-          << crc_of(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()) << "\t" << e.n_tokens() << "\t"
+    const uint32_t crc = crc_of(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+    index << e.name << "\t" << file << "\t" << bytes.size() << "\t" << crc << "\t" << e.n_tokens() << "\t"
           << e.n_chains() << "\t" << msa_rows(e) << "\t" << source << "\tsynthetic\n";
+    units << units_tsv_rows(e.name, crc, source_units[static_cast<size_t>(i) % sources.size()]);
     ++s.entries, ++s.built;
     s.tokens += e.n_tokens(), s.chains += e.n_chains(), s.msa_rows += msa_rows(e);
     s.bytes += static_cast<int64_t>(bytes.size());
   }
   write_file_atomically((fs::path(out) / "skipped.tsv").string(), "source\treason\n");
+  write_file_atomically((fs::path(out) / kUnitsFile).string(), units.str());
   write_file_atomically((fs::path(out) / "index.tsv").string(), index.str());
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
@@ -482,6 +550,15 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
   std::vector<std::string> passed_over;
   const std::vector<std::string> paths = list_structure_files(opts.input, &passed_over);
   MF_CHECK(opts.msa.empty() || fs::is_directory(opts.msa), "MSA directory '", opts.msa, "' does not exist");
+  const TemplateOptions& tpl = opts.templates;
+  MF_CHECK(tpl.hits.empty() || fs::is_directory(tpl.hits), "template hit directory '", tpl.hits, "' does not exist");
+  MF_CHECK(tpl.hits.empty() || fs::is_directory(tpl.mmcif), "template mmCIF directory '", tpl.mmcif,
+           "' does not exist (template hits need the structures they name)");
+  // An MSA directory read as hit lists would make every MSA row a template hit.
+  MF_CHECK(tpl.hits.empty() || opts.msa.empty() || !fs::equivalent(tpl.hits, opts.msa),
+           "the template hit directory and the MSA directory are one ('", tpl.hits, "'): keep hit lists apart");
+  MF_CHECK(tpl.max_release_date.empty() || is_release_date(tpl.max_release_date), "maximum template release date '",
+           tpl.max_release_date, "' is not YYYY-MM-DD");
   fs::create_directories(fs::path(opts.out) / "entries");
   // Names are decided up front, in path order: a later file with the same name is skipped.
   std::vector<std::string> names(paths.size());
@@ -500,8 +577,10 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
   std::map<std::string, std::string> previous;
   if (is_cache_dir(opts.out))
     for (const CacheIndexRow& row : read_cache_index(opts.out)) previous[row.name] = row.inputs;
-  const auto msa_files = msa_files_by_entry(opts.msa);
-  const std::vector<std::string> no_msas;
+  const auto msa_files = files_by_entry(opts.msa, {".a3m.gz", ".a3m"});
+  const auto template_files =
+      files_by_entry(tpl.hits, {".a3m.gz", ".a3m", ".sto.gz", ".sto", ".m8.gz", ".m8"});
+  const std::vector<std::string> no_files;
   const int jobs = opts.jobs > 0 ? opts.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};
@@ -510,8 +589,10 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
     for (size_t i = next++; i < paths.size(); i = next++) {
       if (outcomes[i].error.empty()) {
         const auto m = msa_files.find(names[i]);
+        const auto t = template_files.find(names[i]);
         const auto p = previous.find(names[i]);
-        outcomes[i] = cache_one(paths[i], names[i], opts, m == msa_files.end() ? no_msas : m->second,
+        outcomes[i] = cache_one(paths[i], names[i], opts, m == msa_files.end() ? no_files : m->second,
+                                t == template_files.end() ? no_files : t->second,
                                 p == previous.end() ? std::string() : p->second);
       }
       const int64_t d = ++done;
@@ -547,20 +628,24 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
     }
     cached.push_back(&o);
   }
-  std::ostringstream index;
+  std::ostringstream index, units;
   index << "# megafold feature cache v" << kCacheVersion
         << "\nname\tfile\tbytes\tcrc32\ttokens\tchains\tmsa_rows\tsource\tinputs\n";
+  units << units_tsv_header();
   for (const Outcome* o : cached) {
     index << o->name << "\t" << o->file << "\t" << o->bytes << "\t" << o->crc << "\t" << o->tokens << "\t" << o->chains
           << "\t" << o->msa_rows << "\t" << o->source << "\t" << o->inputs << "\n";
+    units << units_tsv_rows(o->name, o->crc, o->units);
     ++s.entries;
     (o->reused ? s.reused : s.built) += 1;
     s.tokens += o->tokens;
     s.chains += o->chains;
     s.msa_rows += o->msa_rows;
+    s.templates += o->templates;
     s.bytes += static_cast<int64_t>(o->bytes);
   }
   write_file_atomically((fs::path(opts.out) / "skipped.tsv").string(), skipped.str());
+  write_file_atomically((fs::path(opts.out) / kUnitsFile).string(), units.str());
   write_file_atomically((fs::path(opts.out) / "index.tsv").string(), index.str());
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
@@ -581,7 +666,7 @@ std::vector<CacheIndexRow> read_cache_index(const std::string& dir) {
     // rerun of megafold cache, and read as they are).
     MF_CHECK(f.size() == 8 || f.size() == 9, index_path, ":", line_no, ": expected 9 tab-separated fields, got ",
              f.size());
-    rows.push_back({f[0], (fs::path(dir) / "entries" / f[1]).string(), f[2], f.size() == 9 ? f[8] : std::string()});
+    rows.push_back({f[0], (fs::path(dir) / "entries" / f[1]).string(), f[2], f.size() == 9 ? f[8] : std::string(), f[3]});
   }
   return rows;
 }

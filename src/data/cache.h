@@ -1,7 +1,7 @@
 #pragma once
 // The ahead-of-time feature cache: every deterministic part of an entry (tokens, numbering,
-// chains and entities, coordinates and masks, per-chain MSAs mapped onto the chain's residues)
-// parsed once and stored as one binary file per entry, read back by memory mapping without any
+// chains and entities, coordinates and masks, per-chain MSAs mapped onto the chain's residues,
+// per-chain templates: the filtered hits' residues, atoms and masks, data/templates.h) parsed once and stored as one binary file per entry, read back by memory mapping without any
 // parsing. Reference features of standard residues are not stored (a table lookup by token
 // type); those of per-atom tokens (ligands, ions, non-standard residues) are. Coordinates are
 // stored for the atom slots each token has (its residue's layout, or one), not all 24.
@@ -10,9 +10,13 @@
 //   index.tsv         one line per entry, in the order of the input paths (as load_dataset reads
 //                     files, so a cache and its input give the same sample stream): name, file,
 //                     bytes, crc32 of the file, tokens, chains, MSA rows, source, inputs (a
-//                     CRC-32 over the source file and its MSA files: a rerun rebuilds an entry
-//                     whose inputs changed, or whose file holds another entry)
+//                     CRC-32 over the source file, its MSA files and template hit lists, and the
+//                     template options: a rerun rebuilds an entry whose inputs changed, or whose
+//                     file holds another entry; a template mmCIF changed in place is not noticed)
 //   skipped.tsv       every input that was not cached, with the reason
+//   units.tsv         each entry's chains (type, default cluster) and interfaces, with the CRC-32
+//                     of the entry file they come from: AF3's sampling units (data/sampling.h
+//                     gives the rows), so data.sampling af3 starts without decoding every entry
 //   entries/<name>.mfe   one entry (format in cache.cpp; versioned, CRC-32 over the payload)
 // Each entry file is written atomically; the index is written last, so a killed build leaves
 // valid entries that a rerun keeps.
@@ -25,7 +29,8 @@
 
 namespace megafold::data {
 
-inline constexpr uint32_t kCacheVersion = 4;  // 2: MSA profiles; 3: all molecule types; 4: MSA row species
+// 2: MSA profiles; 3: all molecule types; 4: MSA row species; 5: per-chain templates
+inline constexpr uint32_t kCacheVersion = 5;
 
 // Serialises an entry (deterministic: the same entry gives the same bytes).
 std::string encode_entry(const Entry& e);
@@ -43,19 +48,23 @@ struct CacheOptions {
   std::string out;       // cache directory
   int jobs = 0;          // worker threads, 0 = all cores
   bool quiet = false;
+  // Template hit lists (directory, "" = none), the template structures' directory and the
+  // latest release date a template may have ("" = any); data/templates.h. Default: none.
+  TemplateOptions templates = {};
 };
 
 struct CacheSummary {
   int64_t entries = 0, built = 0, reused = 0, skipped = 0;
   int64_t warnings = 0;  // cached entries with something left out (unusable MSAs, skipped atoms)
   int64_t tokens = 0, chains = 0, msa_rows = 0, bytes = 0;
+  int64_t templates = 0;  // templates kept, over all chains
   double seconds = 0;
 };
 
 // For benchmarks at PDB scale: a cache of `count` entries written directly (no parsing), entry
 // i being sources[i % sources.size()] renamed "x<i>" (zero-padded) with a synthetic MSA of
-// `msa_rows` rows per chain (the query, then random rows seeded by i), index and entry files
-// laid out as build_cache writes them.
+// `msa_rows` rows per chain (the query, then random rows seeded by i), index, units and entry
+// files laid out as build_cache writes them.
 CacheSummary write_synthetic_cache(const std::vector<Entry>& sources, int64_t count, int64_t msa_rows,
                                    const std::string& out);
 
@@ -72,6 +81,7 @@ struct CacheIndexRow {
   std::string path;   // the entry file
   std::string bytes;  // its size as the index records it
   std::string inputs;  // key of the source and MSA files it was built from ("" in older indexes)
+  std::string crc32;   // the entry file's CRC-32 as the index records it (decimal)
 };
 
 // The entries a cache's index lists, in index order. Throws naming a malformed line.

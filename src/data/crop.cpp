@@ -106,11 +106,49 @@ std::vector<bool> interface_tokens(const Entry& e, double radius) {
   return out;
 }
 
-std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, bool interface) {
+namespace {
+
+// Whether a resolved centre atom of chain `other` (any chain but token i's when other < 0) lies
+// within `radius` of token i's.
+bool near_chain(const Entry& e, int i, int other, double radius) {
+  const double r2 = radius * radius;
+  for (int j = 0; j < e.n_tokens(); ++j)
+    if ((other < 0 ? e.asym_id[j] != e.asym_id[i] : e.asym_id[j] == other) && has_centre(e, j) &&
+        centre_distance2(e, i, j) < r2)
+      return true;
+  return false;
+}
+
+// The centres a focused spatial crop draws from (the contract in crop.h); empty when the focused
+// chains have no resolved centre atom.
+std::vector<int32_t> focused_centres(const Entry& e, const CropFocus& f, bool interface) {
+  MF_CHECK(f.chain_a < e.n_chains() && f.chain_b < e.n_chains() && f.chain_a != f.chain_b, "entry ", e.name,
+           ": crop focus on chains ", f.chain_a, " and ", f.chain_b, ", the entry has ", e.n_chains(),
+           " chains (a units.tsv of another build of this cache?)");
+  const bool pair = f.chain_b >= 0;
+  auto in_unit = [&](int i) { return e.asym_id[i] == f.chain_a || (pair && e.asym_id[i] == f.chain_b); };
+  std::vector<int32_t> near, any;
+  for (int i = 0; i < e.n_tokens(); ++i) {
+    if (!in_unit(i) || !has_centre(e, i)) continue;
+    any.push_back(i);
+    // The interface of the pair, or of the chain with any other chain for an interface crop.
+    if (pair || interface) {
+      const int other = !pair ? -1 : e.asym_id[i] == f.chain_a ? f.chain_b : f.chain_a;
+      if (near_chain(e, i, other, 15.0)) near.push_back(i);
+    }
+  }
+  return near.empty() ? any : near;
+}
+
+}  // namespace
+
+std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, bool interface,
+                                  const CropFocus& focus) {
   const int n = e.n_tokens();
   if (crop_size <= 0 || n <= crop_size) return all_tokens(e);
   std::vector<int32_t> centres;
-  if (interface) {
+  if (!focus.none()) centres = focused_centres(e, focus, interface);
+  if (centres.empty() && interface) {
     const std::vector<bool> at = interface_tokens(e);
     for (int i = 0; i < n; ++i)
       if (at[i]) centres.push_back(i);
@@ -147,7 +185,8 @@ std::vector<int32_t> spatial_crop(const Entry& e, int crop_size, uint64_t seed, 
   return keep;
 }
 
-std::vector<int32_t> training_crop(const Entry& e, int crop_size, const CropWeights& w, uint64_t seed) {
+std::vector<int32_t> training_crop(const Entry& e, int crop_size, const CropWeights& w, uint64_t seed,
+                                   const CropFocus& focus) {
   MF_CHECK(w.contiguous >= 0 && w.spatial >= 0 && w.spatial_interface >= 0 &&
                w.contiguous + w.spatial + w.spatial_interface > 0,
            "crop weights must be >= 0 and not all 0");
@@ -155,7 +194,7 @@ std::vector<int32_t> training_crop(const Entry& e, int crop_size, const CropWeig
   std::mt19937_64 rng(mix_seed(seed, 0x6d6f6465));  // "mode"
   const double u = uniform01(rng) * (w.contiguous + w.spatial + w.spatial_interface);
   if (u < w.contiguous) return contiguous_crop(e, crop_size, seed);
-  return spatial_crop(e, crop_size, seed, u >= w.contiguous + w.spatial);
+  return spatial_crop(e, crop_size, seed, u >= w.contiguous + w.spatial, focus);
 }
 
 }  // namespace megafold::data

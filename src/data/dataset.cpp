@@ -60,16 +60,22 @@ std::shared_ptr<const Entry> EntryRef::get() const {
   return e;
 }
 
-const EntryRef& Dataset::sample(uint64_t seed, uint64_t g) const {
+Draw Dataset::draw(uint64_t seed, uint64_t g) const {
   MF_CHECK(!train.empty(), "dataset has no training entries");
-  if (!cumulative_weights.empty()) {
-    // Inverse-CDF draw from the top 53 bits of a seeded hash: no generator state to carry.
-    const double u = static_cast<double>(mix_seed(seed ^ 0x77656967, g) >> 11) * 0x1.0p-53 * cumulative_weights.back();
+  // Inverse-CDF draw from the top 53 bits of a seeded hash: no generator state to carry. Units
+  // and entries hash with different salts, so neither stream is a relabelling of the other.
+  auto weighted = [&](uint64_t salt, size_t count) {
+    const double u = static_cast<double>(mix_seed(seed ^ salt, g) >> 11) * 0x1.0p-53 * cumulative_weights.back();
     const size_t i = std::upper_bound(cumulative_weights.begin(), cumulative_weights.end(), u) - cumulative_weights.begin();
-    return train[std::min(i, train.size() - 1)];
+    return std::min(i, count - 1);
+  };
+  if (!units.empty()) {
+    const SamplingUnit& unit = units[weighted(0x756e6974, units.size())];  // "unit"
+    return {unit.entry, unit.focus};
   }
+  if (!cumulative_weights.empty()) return {weighted(0x77656967, train.size()), {}};
   const uint64_t n = train.size();
-  return train[permuted(g % n, n, mix_seed(seed, g / n))];
+  return {permuted(g % n, n, mix_seed(seed, g / n)), {}};
 }
 
 std::vector<std::string> list_structure_files(const std::string& dir, std::vector<std::string>* passed_over) {
@@ -164,6 +170,7 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std
     }
     found = rows.size();
     for (const CacheIndexRow& row : rows) add(EntryRef(row.name, row.path));
+    ds.cache_dir = dir;
   } else {
     std::vector<std::string> passed_over;
     const std::vector<std::string> paths = list_structure_files(dir, &passed_over);
@@ -241,6 +248,7 @@ void load_weights(Dataset& ds, const std::string& path) {
              line, "'");
     by_name[line.substr(0, tab)] = w;
   }
+  ds.units.clear();
   ds.cumulative_weights.clear();
   double total = 0;
   for (const EntryRef& e : ds.train) {
@@ -277,6 +285,7 @@ void load_clusters(Dataset& ds, const std::string& path, bool quiet) {
   }
   if (unlisted > 0 && !quiet)
     std::cerr << "warning: " << unlisted << " training entries are not in " << path << "; each is a cluster of its own\n";
+  ds.units.clear();
   ds.cumulative_weights.clear();
   double total = 0;
   for (const std::string& c : clusters) {

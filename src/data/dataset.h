@@ -8,9 +8,10 @@
 //
 // Sample stream: global sample index g -> (epoch = g / n, position = g % n) -> entry
 // perm(seed, epoch)[position], the permutation evaluated at one position in O(1) (a keyed
-// Feistel network, no table per draw); weighted sampling is a binary search over running
-// sums. Every random choice downstream (crop) is seeded from (seed, g) as well, so the stream
-// is a pure function of (seed, g): resume needs only g.
+// Feistel network, no table per draw); weighted sampling (of entries, or of AF3's chain and
+// interface units, data/sampling.h) is a binary search over running sums. Every random choice
+// downstream (crop) is seeded from (seed, g) as well, so the stream is a pure function of
+// (seed, g): resume needs only g.
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/seed.h"
+#include "data/crop.h"
 #include "data/structure.h"
 
 namespace megafold::data {
@@ -44,37 +46,60 @@ class EntryRef {
   std::shared_ptr<const Entry> entry_;
 };
 
+// A unit of AF3's weighted sampling (data/sampling.h): a training entry (index into
+// Dataset::train) and the chain or interface its crop focuses on.
+struct SamplingUnit {
+  uint32_t entry = 0;
+  CropFocus focus;
+};
+
+// What sample g draws: a training entry, and the unit's focus (none when entries are drawn).
+struct Draw {
+  size_t entry = 0;
+  CropFocus focus;
+};
+
 struct Dataset {
   std::vector<EntryRef> train;
   std::vector<EntryRef> validation;
   std::vector<std::string> skipped;  // "path: reason", one per unreadable file
-  // Running sums of the training entries' sampling weights (load_weights). Empty: every entry
-  // once per epoch, in a seeded permutation. Otherwise each sample is an independent weighted
-  // draw (AF3 samples with weights from cluster sizes), a pure function of (seed, g).
+  // The feature cache the entries come from (its directory; "" for structure files).
+  std::string cache_dir;
+  // AF3's chain and interface units (use_af3_sampling, data/sampling.h); empty: whole entries.
+  std::vector<SamplingUnit> units;
+  // Running sums of the sampling weights: of the units when there are units, else of the
+  // training entries (load_weights, load_clusters). Empty: every entry once per epoch, in a
+  // seeded permutation. Otherwise each sample is an independent weighted draw (AF3 samples
+  // with weights from cluster sizes), a pure function of (seed, g).
   std::vector<double> cumulative_weights;
 
-  // Entry of global sample index g (train split): which entry is a pure function of (seed, g).
-  const EntryRef& sample(uint64_t seed, uint64_t g) const;
+  // What global sample index g (train split) draws: a pure function of (seed, g).
+  Draw draw(uint64_t seed, uint64_t g) const;
+  // The entry of that draw.
+  const EntryRef& sample(uint64_t seed, uint64_t g) const { return train[draw(seed, g).entry]; }
 };
 
-// Sample g of the stream with what `prepare` makes of its entry (e.g. a crop). If prepare
-// throws, the sample is replaced by sample mix_seed(g, k) for k = 1, 2, ... (at most
-// `attempts` tries, a warning on stderr names each failure), so a bad entry is replaced by the
-// same other entry on every run, thread count and rank. Throws after `attempts` failures.
+// Sample g of the stream with what prepare(entry, draw index, focus) makes of its entry (e.g. a
+// crop focused on the drawn unit). If prepare throws, the sample is replaced by sample
+// mix_seed(g, k) for k = 1, 2, ... (its own entry and focus; at most `attempts` tries, a warning
+// on stderr names each failure), so a bad entry is replaced by the same other draw on every
+// run, thread count and rank. Throws after `attempts` failures.
 template <typename Fn>
 auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepare, int attempts = 8)
-    -> std::pair<std::shared_ptr<const Entry>, decltype(prepare(std::declval<const Entry&>(), g))>;
+    -> std::pair<std::shared_ptr<const Entry>,
+                 decltype(prepare(std::declval<const Entry&>(), g, std::declval<const CropFocus&>()))>;
 
 // Reads per-entry sampling weights from a TSV file ("entry<TAB>weight" per line, '#' comments;
 // e.g. 1 / cluster size). Every training entry needs a weight >= 0 and at least
-// one must be > 0; errors name the file, line or entry. Sets ds.cumulative_weights.
+// one must be > 0; errors name the file, line or entry. Sets ds.cumulative_weights over the
+// entries (and drops any units: entries are drawn whole).
 void load_weights(Dataset& ds, const std::string& path);
 
 // Weights from clusters: a TSV file of "entry<TAB>cluster" lines ('#' comments), each training
 // entry weighted 1 / (training entries in its cluster), so that every cluster is drawn equally
 // often (AF3 SI 2.5.1 samples by cluster). An entry the file does not list is a cluster of its
 // own (named in one warning with the count). Errors name the file and line. Sets
-// ds.cumulative_weights.
+// ds.cumulative_weights over the entries (and drops any units: entries are drawn whole).
 void load_clusters(Dataset& ds, const std::string& path, bool quiet = false);
 
 // Structure files under `dir` (recursively, sorted by path); throws naming a missing or
@@ -86,7 +111,8 @@ void load_clusters(Dataset& ds, const std::string& path, bool quiet = false);
 std::vector<std::string> list_structure_files(const std::string& dir, std::vector<std::string>* passed_over = nullptr);
 
 // Loads a feature cache (`dir` holds the index.tsv of `megafold cache`: only the index is read,
-// each entry is mapped and decoded when sampled, and a damaged one is then named and replaced),
+// each entry is mapped and decoded when sampled, and a damaged one is then named and replaced;
+// Dataset::cache_dir names it),
 // or else every structure file under `dir` (recursively, sorted by path). A file that cannot
 // be used is skipped with a warning on stderr naming the file and the reason; the load
 // fails only when no training entry is left. Long entries are kept whole: crops cut them.
@@ -105,13 +131,15 @@ void warn_replaced_sample(const std::string& name, uint64_t g, const std::except
 
 template <typename Fn>
 auto sample_or_replace(const Dataset& ds, uint64_t seed, uint64_t g, Fn&& prepare, int attempts)
-    -> std::pair<std::shared_ptr<const Entry>, decltype(prepare(std::declval<const Entry&>(), g))> {
+    -> std::pair<std::shared_ptr<const Entry>,
+                 decltype(prepare(std::declval<const Entry&>(), g, std::declval<const CropFocus&>()))> {
   uint64_t draw = g;
   for (int k = 1;; ++k) {
-    const EntryRef& ref = ds.sample(seed, draw);
+    const Draw d = ds.draw(seed, draw);
+    const EntryRef& ref = ds.train[d.entry];
     try {
       std::shared_ptr<const Entry> e = ref.get();  // a damaged cache entry is replaced too
-      auto prepared = prepare(*e, draw);
+      auto prepared = prepare(*e, draw, d.focus);
       return {std::move(e), std::move(prepared)};
     } catch (const std::exception& ex) {
       if (k >= attempts) throw;

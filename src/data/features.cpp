@@ -201,14 +201,16 @@ Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens) {
                                      : Bond{new_index[b.j], new_index[b.i], b.slot_j, b.slot_i});
     }
   std::sort(out.bonds.begin(), out.bonds.end());
-  if (!e.msas.empty()) {
-    // Each chain's MSA keeps the columns of its kept residues.
+  if (!e.msas.empty() || !e.templates.empty()) {
+    // Each chain's MSA and templates keep the columns of its kept residues.
     const std::vector<int64_t> column = chain_columns(e);
     std::vector<std::vector<int64_t>> kept(e.n_chains());
     for (const int32_t i : tokens)
       if (kept[e.asym_id[i]].empty() || kept[e.asym_id[i]].back() != column[i]) kept[e.asym_id[i]].push_back(column[i]);
-    for (int c = 0; c < e.n_chains(); ++c)
+    for (int c = 0; c < static_cast<int>(e.msas.size()); ++c)
       if (e.msas[c].depth > 0) out.msas[c] = msa_columns(e.msas[c], kept[c]);
+    for (int c = 0; c < static_cast<int>(e.templates.size()); ++c)
+      for (size_t k = 0; k < e.templates[c].size(); ++k) out.templates[c][k] = template_columns(e.templates[c][k], kept[c]);
   }
   return out;
 }
@@ -219,7 +221,7 @@ std::vector<at::Tensor*> Batch::tensors() {
           &atom_coords,  &atom_mask,    &rep_coords,  &rep_mask,       &rep_slot,
           &centre_slot,  &centre_mask, &frame_atoms, &frame_mask,  &ref.pos,
           &ref.element,  &ref.charge, &ref.mask,      &ref.name_chars, &ref.space_uid, &msa,        &msa_deletion,
-          &msa_mask,     &profile,    &deletion_mean};
+          &msa_mask,     &profile,    &deletion_mean, &template_restype, &template_coords, &template_mask};
 }
 
 int64_t Batch::real_tokens() const { return token_mask.sum().item<double>(); }
@@ -244,7 +246,8 @@ Batch Batch::pinned() const {
 }
 
 Batch make_batch(const std::vector<const Entry*>& entries,
-                 const std::vector<std::vector<int32_t>>& selections, int pad_to, const MsaSampling& msa) {
+                 const std::vector<std::vector<int32_t>>& selections, int pad_to, const MsaSampling& msa,
+                 const TemplateSampling& templates) {
   MF_CHECK(!entries.empty() && entries.size() == selections.size(),
            "make_batch: need one selection per entry");
   const int64_t B = static_cast<int64_t>(entries.size());
@@ -334,6 +337,47 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   out.msa_mask = at::zeros({B, S, N}, f32);
   out.profile = at::zeros({B, N, kNumTokenTypes}, f32);
   out.deletion_mean = at::zeros({B, N}, f32);
+
+  // Templates: per example and chain the selected ones; T counts the chains the selection has.
+  std::vector<std::vector<std::vector<int32_t>>> shown(B);
+  int64_t T = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const Entry& e = *entries[b];
+    shown[b] = select_templates(e, {templates.max_templates, templates.random,
+                                    mix_seed(templates.seed, static_cast<uint64_t>(b))});
+    std::vector<bool> present(e.n_chains(), false);
+    for (const int32_t t : sels[b]) present[e.asym_id[t]] = true;
+    for (int c = 0; c < e.n_chains(); ++c)
+      if (present[c]) T = std::max<int64_t>(T, static_cast<int64_t>(shown[b][c].size()));
+  }
+  out.template_restype = at::full({B, T, N}, kGapToken, i64);
+  out.template_coords = at::zeros({B, T, N, kTemplateAtoms, 3}, f32);
+  out.template_mask = at::zeros({B, T, N, kTemplateAtoms}, f32);
+  if (T > 0) {
+    auto tr = out.template_restype.accessor<int64_t, 3>();
+    auto tc = out.template_coords.accessor<float, 5>();
+    auto tm = out.template_mask.accessor<float, 4>();
+    for (int64_t b = 0; b < B; ++b) {
+      const Entry& e = *entries[b];
+      const std::vector<int64_t> column = chain_columns(e);
+      const std::vector<int32_t>& sel = sels[b];
+      for (size_t i = 0; i < sel.size(); ++i) {
+        const int32_t t = sel[i], c = e.asym_id[t];
+        if (e.per_atom(t)) continue;
+        for (size_t k = 0; k < shown[b][c].size(); ++k) {
+          const ChainTemplate& tpl = e.templates[c][shown[b][c][k]];
+          const int64_t r = column[t];
+          MF_CHECK(r < tpl.size(), "make_batch: ", e.name, " chain ", e.chain_ids[c], ": template ", tpl.name, " has ",
+                   tpl.size(), " residues, the chain more");
+          tr[b][k][i] = tpl.restype[r];
+          for (int a = 0; a < kTemplateAtoms; ++a) {
+            tm[b][k][i][a] = tpl.mask[r * kTemplateAtoms + a];
+            for (int x = 0; x < 3; ++x) tc[b][k][i][a][x] = tpl.coords[(r * kTemplateAtoms + a) * 3 + x];
+          }
+        }
+      }
+    }
+  }
 
   auto restype = out.restype.accessor<int64_t, 2>();
   auto moltype = out.mol_type.accessor<int64_t, 2>();

@@ -68,6 +68,15 @@ struct Batch {
   at::Tensor msa_mask;       // [B, S, N] float, 1 = a real row at a real token
   at::Tensor profile;        // [B, N, kNumTokenTypes] float
   at::Tensor deletion_mean;  // [B, N] float
+  // Templates (AF3 SI Sec. 2.4, Alg. 16's inputs; data/templates.h): T = the most templates any
+  // example shows (0: the tensors keep their rank with size 0 in dim 1). Slot t of an example
+  // holds, for every chain, that chain's t-th selected template (select_templates), so
+  // inter-chain pairs of one slot come from different templates and are the model's to mask.
+  // Tokens of chains without a t-th template, per-atom tokens and padding tokens: restype
+  // kGapToken, coords 0, mask 0.
+  at::Tensor template_restype;  // [B, T, N] int64 token type of the template residue aligned to token i, kGapToken where none
+  at::Tensor template_coords;   // [B, T, N, 4, 3] float, Angstrom: N, CA, C and CB (CA for glycine) of that residue
+  at::Tensor template_mask;     // [B, T, N, 4] float, 1 = that atom is resolved in the template
   std::vector<std::string> names;
 
   int64_t size() const { return restype.size(0); }
@@ -86,14 +95,16 @@ ReferenceFeatures reference_features(const at::Tensor& restype);
 // Every token index of e, in order (the selection of a whole entry).
 std::vector<int32_t> all_tokens(const Entry& e);
 
-// The entry restricted to `tokens` (sorted token indices, e.g. a crop), chains, numbering and
-// MSAs (their columns of the kept tokens) kept.
+// The entry restricted to `tokens` (sorted token indices, e.g. a crop), chains, numbering,
+// MSAs and templates (their columns of the kept tokens) kept.
 Entry select_tokens(const Entry& e, const std::vector<int32_t>& tokens);
 
 // Builds a batch from entries and their token selections (empty selection = all tokens),
 // padded to pad_to tokens (0 = the longest selection). Entry b's MSA rows are drawn with seed
-// mix_seed(msa.seed, b).
+// mix_seed(msa.seed, b), its templates with seed mix_seed(templates.seed, b); only chains with
+// a token in the selection count towards T.
 Batch make_batch(const std::vector<const Entry*>& entries,
-                 const std::vector<std::vector<int32_t>>& selections, int pad_to, const MsaSampling& msa = {});
+                 const std::vector<std::vector<int32_t>>& selections, int pad_to, const MsaSampling& msa = {},
+                 const TemplateSampling& templates = {});
 
 }  // namespace megafold::data

@@ -1,13 +1,11 @@
 #include "data/msa.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <memory>
 #include <string>
 
 #include "core/check.h"
+#include "core/files.h"
 #include "core/seed.h"
 #include "data/residue_constants.h"
 #include "data/structure.h"
@@ -134,43 +132,42 @@ Msa parse_a3m(std::string_view text, const std::string& origin, MolType mol) {
 }
 
 Msa load_a3m(const std::string& path, MolType mol) {
-  // gzread passes plain files through unchanged, so .a3m and .a3m.gz take the same path.
-  const std::unique_ptr<gzFile_s, int (*)(gzFile)> in(gzopen(path.c_str(), "rb"), gzclose);
-  if (!in) throw Error(path + ": cannot open MSA file");
-  std::string text;
-  char buf[1 << 16];
-  int n = 0;
-  while ((n = gzread(in.get(), buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
-  if (n < 0) throw Error(path + ": read error (corrupt or truncated gzip?)");
-  return parse_a3m(text, path, mol);
+  return parse_a3m(read_maybe_gzipped(path, "MSA file"), path, mol);  // .a3m and .a3m.gz alike
+}
+
+std::vector<int64_t> query_columns(const std::vector<int8_t>& query, const std::vector<int8_t>& sequence,
+                                   const std::vector<int32_t>& residue_index, const std::string& origin) {
+  MF_CHECK(sequence.size() == residue_index.size(), origin, ": sequence and residue_index differ in length");
+  const int64_t n = static_cast<int64_t>(sequence.size()), length = static_cast<int64_t>(query.size());
+  // Column of each residue: one to one, or by residue_index into the full sequence.
+  std::vector<int64_t> column(n);
+  auto matches = [&](const std::vector<int64_t>& col) {
+    for (int64_t i = 0; i < n; ++i)
+      if (col[i] < 0 || col[i] >= length || query[col[i]] != sequence[i]) return i;
+    return n;
+  };
+  for (int64_t i = 0; i < n; ++i) column[i] = i;
+  int64_t bad = length == n ? matches(column) : 0;
+  if (length != n || bad < n) {
+    for (int64_t i = 0; i < n; ++i) column[i] = residue_index[i] - 1;
+    bad = matches(column);
+    if (bad < n) {
+      const bool outside = column[bad] < 0 || column[bad] >= length;
+      throw Error(origin + ": the alignment's query (" + std::to_string(length) + " columns) does not match the chain (" +
+                  std::to_string(n) + " residues): residue " + std::to_string(residue_index[bad]) + " (" +
+                  std::string(1, amino_acid_letter(sequence[bad])) + ") " +
+                  (outside ? "is outside the query" : std::string("is '") + amino_acid_letter(query[column[bad]]) + "' in the query"));
+    }
+  }
+  return column;
 }
 
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
                   const std::string& origin) {
   MF_CHECK(sequence.size() == residue_index.size(), origin, ": sequence and residue_index differ in length");
-  const int64_t n = static_cast<int64_t>(sequence.size());
   if (msa.depth == 0) return {};
-  // Column of each token: one to one, or by residue_index into the full sequence.
-  std::vector<int64_t> column(n);
-  auto matches = [&](const std::vector<int64_t>& col) {
-    for (int64_t i = 0; i < n; ++i)
-      if (col[i] < 0 || col[i] >= msa.length || msa.tokens[col[i]] != sequence[i]) return i;
-    return n;
-  };
-  for (int64_t i = 0; i < n; ++i) column[i] = i;
-  int64_t bad = msa.length == n ? matches(column) : 0;
-  if (msa.length != n || bad < n) {
-    for (int64_t i = 0; i < n; ++i) column[i] = residue_index[i] - 1;
-    bad = matches(column);
-    if (bad < n) {
-      const bool outside = column[bad] < 0 || column[bad] >= msa.length;
-      throw Error(origin + ": the MSA's query (" + std::to_string(msa.length) + " columns) does not match the chain (" +
-                  std::to_string(n) + " residues): residue " + std::to_string(residue_index[bad]) + " (" +
-                  std::string(1, amino_acid_letter(sequence[bad])) + ") " +
-                  (outside ? "is outside the query" : std::string("is '") + amino_acid_letter(msa.tokens[column[bad]]) + "' in the query"));
-    }
-  }
-  return msa_columns(msa, column);
+  const std::vector<int8_t> query(msa.tokens.begin(), msa.tokens.begin() + msa.length);
+  return msa_columns(msa, query_columns(query, sequence, residue_index, origin));
 }
 
 Msa msa_columns(const Msa& msa, const std::vector<int64_t>& columns) {

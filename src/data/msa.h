@@ -55,6 +55,14 @@ Msa load_a3m(const std::string& path, MolType mol = MolType::kProtein);
 Msa msa_for_chain(const Msa& msa, const std::vector<int8_t>& sequence, const std::vector<int32_t>& residue_index,
                   const std::string& origin);
 
+// The column of each residue of a chain in an alignment whose query row is `query` (token
+// types): column i for residue i when the query matches the chain one to one, else column
+// residue_index[i] - 1 (the query as the chain's full sequence, indexed by label_seq_id). Throws
+// megafold::Error naming `origin` and the first residue that disagrees otherwise. Shared by
+// MSAs and template hit lists (templates.h).
+std::vector<int64_t> query_columns(const std::vector<int8_t>& query, const std::vector<int8_t>& sequence,
+                                   const std::vector<int32_t>& residue_index, const std::string& origin);
+
 // The MSA of a chain whose paired rows are given (AlphaFold 3 JSON's pairedMsa, SI 2.3): row k
 // of every chain's paired MSA pairs with row k of the others', so each of those rows gets a
 // species of its own made from k (paired_row_species), and the unpaired rows follow with none,

@@ -36,6 +36,7 @@
 
 #include "data/msa.h"
 #include "data/residue_constants.h"
+#include "data/templates.h"
 
 namespace megafold::data {
 
@@ -86,6 +87,9 @@ struct Entry {
                                        //             share their polymer's)
   std::vector<Msa> msas;               // [n_chain] or empty: each chain's MSA over its residues
                                        // (msa_for_chain); depth 0 = single sequence
+  // [n_chain] or empty: each chain's templates in rank order (data/templates.h; protein chains
+  // only, at most kMaxTemplateHits), each over the chain's residues like its MSA.
+  std::vector<std::vector<ChainTemplate>> templates;
   int dropped_residues = 0;            // waters, crystallisation aids, unusable components
   int dropped_hydrogens = 0;
   // What parsing skipped and why, one line each naming the file (atoms with non-finite or

@@ -12,6 +12,7 @@
 #undef GEMMI_WRITE_IMPLEMENTATION
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -580,6 +581,132 @@ void write_mmcif(const Entry& e, const std::string& path, const std::vector<floa
   std::ostringstream text;
   gemmi::cif::write_cif_to_stream(text, gemmi::make_mmcif_document(st, groups));
   write_file_atomically(path, text.str());
+}
+
+namespace {
+
+// Template residue type (templates.h): the amino acids, MSE as MET, anything else UNK.
+int template_type(const std::string& code) {
+  const int t = residue_type(MolType::kProtein, code);
+  return t >= 0 ? t : kUnknownAminoAcid;
+}
+
+// Slot of a template atom name (N, CA, C, CB), -1 for any other atom.
+int template_slot(const std::string& name) {
+  static const std::array<std::string_view, kTemplateAtoms> kNames = {"N", "CA", "C", "CB"};
+  for (int k = 0; k < kTemplateAtoms; ++k)
+    if (name == kNames[k]) return k;
+  return -1;
+}
+
+// One protein subchain of a template: sequence positions from entity_poly_seq (or the highest
+// label_seq_id), atoms of the modelled residues.
+TemplateStructure::Chain template_chain(const gemmi::Structure& st, const gemmi::Chain& chain,
+                                        const gemmi::ConstResidueSpan& sub) {
+  TemplateStructure::Chain c;
+  c.author_id = chain.name;
+  c.label_id = sub.subchain_id();
+  const gemmi::Entity* entity = st.get_entity_of(sub);
+  size_t n = entity ? entity->full_sequence.size() : 0;
+  for (const gemmi::Residue& res : sub)
+    if (res.label_seq && *res.label_seq > 0) n = std::max(n, static_cast<size_t>(*res.label_seq));
+  c.restype.assign(n, static_cast<int8_t>(kUnknownAminoAcid));
+  c.coords.assign(n * kTemplateAtoms * 3, 0.f);
+  c.mask.assign(n * kTemplateAtoms, 0);
+  if (entity)
+    for (size_t k = 0; k < entity->full_sequence.size(); ++k)
+      c.restype[k] = static_cast<int8_t>(template_type(gemmi::Entity::first_mon(entity->full_sequence[k])));
+  std::vector<bool> seen(n, false);
+  const int gly = residue_type(MolType::kProtein, "GLY");
+  for (const gemmi::Residue& res : sub) {
+    if (!res.label_seq || *res.label_seq <= 0) continue;  // no sequence position to align to
+    const size_t k = static_cast<size_t>(*res.label_seq) - 1;
+    if (seen[k]) continue;  // microheterogeneity: the first residue, as load_entry keeps
+    seen[k] = true;
+    const int t = template_type(res.name);  // the modelled residue's type, whose atoms these are
+    c.restype[k] = static_cast<int8_t>(t);
+    float* xyz = &c.coords[k * kTemplateAtoms * 3];
+    uint8_t* mask = &c.mask[k * kTemplateAtoms];
+    std::array<float, kTemplateAtoms> best_occ{};
+    for (const gemmi::Atom& a : res.atoms) {
+      const int slot = template_slot(a.name);
+      if (slot < 0 || a.is_hydrogen() || !usable_position(a.pos)) continue;
+      if (mask[slot] && a.occ <= best_occ[slot]) continue;  // altlocs: highest occupancy, first on ties
+      mask[slot] = 1;
+      best_occ[slot] = a.occ;
+      xyz[3 * slot + 0] = static_cast<float>(a.pos.x);
+      xyz[3 * slot + 1] = static_cast<float>(a.pos.y);
+      xyz[3 * slot + 2] = static_cast<float>(a.pos.z);
+    }
+    if (t == gly) {  // the pseudo-beta atom of glycine is CA
+      std::copy_n(xyz + 3, 3, xyz + 9);
+      mask[3] = mask[1];
+    }
+  }
+  return c;
+}
+
+// The earliest release (first revision) date of an entry, else its deposition date; "" if the
+// block has neither as YYYY-MM-DD.
+std::string release_date(const gemmi::cif::Block& block) {
+  std::string date;
+  for (const std::string& v : const_cast<gemmi::cif::Block&>(block).find_values("_pdbx_audit_revision_history.revision_date")) {
+    if (gemmi::cif::is_null(v)) continue;
+    const std::string d = gemmi::cif::as_string(v);
+    if (is_release_date(d) && (date.empty() || d < date)) date = d;
+  }
+  if (date.empty())
+    if (const std::string* v = block.find_value("_pdbx_database_status.recvd_initial_deposition_date");
+        v && !gemmi::cif::is_null(*v) && is_release_date(gemmi::cif::as_string(*v)))
+      date = gemmi::cif::as_string(*v);
+  return date;
+}
+
+TemplateStructure template_structure(const gemmi::cif::Document& doc, const std::string& origin) {
+  if (doc.blocks.empty()) throw Error(origin + ": not a template mmCIF (no data block)");
+  gemmi::Structure st;
+  try {
+    st = gemmi::make_structure_from_block(doc.blocks.front());
+    gemmi::setup_entities(st);
+  } catch (const std::exception& ex) {
+    const std::string what = ex.what();
+    throw Error(origin + ": cannot read the template structure: " + what.substr(0, what.find('\n')));
+  }
+  if (st.models.empty()) throw Error(origin + ": no atoms: the template mmCIF has no _atom_site loop");
+  TemplateStructure out;
+  out.id = st.name;
+  std::transform(out.id.begin(), out.id.end(), out.id.begin(), [](unsigned char c) { return std::tolower(c); });
+  out.release_date = release_date(doc.blocks.front());
+  for (const gemmi::Chain& chain : st.models.front().chains)
+    for (const gemmi::ConstResidueSpan& sub : chain.subchains()) {
+      bool hybrid = false;
+      if (subchain_type(st, sub, hybrid) == MolType::kProtein) out.chains.push_back(template_chain(st, chain, sub));
+    }
+  return out;
+}
+
+}  // namespace
+
+TemplateStructure read_template_structure(const std::string& path) {
+  gemmi::cif::Document doc;
+  try {
+    doc = gemmi::cif::read(gemmi::MaybeGzipped(path));
+  } catch (const std::exception& ex) {
+    const std::string what = ex.what();
+    throw Error(path + ": cannot parse template mmCIF: " + what.substr(0, what.find('\n')));
+  }
+  return template_structure(doc, path);
+}
+
+TemplateStructure parse_template_structure(const std::string& text, const std::string& origin) {
+  gemmi::cif::Document doc;
+  try {
+    doc = gemmi::cif::read_memory(text.data(), text.size(), origin.c_str());
+  } catch (const std::exception& ex) {
+    const std::string what = ex.what();
+    throw Error(origin + ": cannot parse template mmCIF: " + what.substr(0, what.find('\n')));
+  }
+  return template_structure(doc, origin);
 }
 
 }  // namespace megafold::data

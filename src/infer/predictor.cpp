@@ -63,7 +63,9 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
   }
   at::NoGradGuard no_grad;
   // The training run's MSA depth; the rows drawn depend on the seed as everything else does.
-  const data::Batch batch = data::make_batch({&e}, {{}}, 0, {cfg_.data.msa_rows, seed}).to(device_);
+  // Templates: each chain's top data.max_templates (AF3 SI 2.4 at inference).
+  const data::Batch batch =
+      data::make_batch({&e}, {{}}, 0, {cfg_.data.msa_rows, seed}, {cfg_.data.max_templates, false, 0}).to(device_);
   model::Prediction p;
   {
     AutocastScope ac(at::kCUDA, autocast_, at::kBFloat16);

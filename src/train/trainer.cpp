@@ -31,6 +31,7 @@
 #include "data/crop.h"
 #include "data/features.h"
 #include "data/loader.h"
+#include "data/sampling.h"
 #include "dist/grad_sync.h"
 #include "dist/process_group.h"
 #include "core/autocast.h"
@@ -52,6 +53,7 @@ constexpr uint64_t kCropSalt = 0x63726f70;     // "crop"
 constexpr uint64_t kDropoutSalt = 0x64726f70;  // "drop"
 constexpr uint64_t kValidationSalt = 0x76616c; // "val"
 constexpr uint64_t kMsaSalt = 0x6d7361;        // "msa"
+constexpr uint64_t kTemplateSalt = 0x746d706c; // "tmpl"
 constexpr uint64_t kNoiseSalt = 0x6e6f6973;    // "nois": diffusion noise, augmentation, levels
 constexpr uint64_t kRecycleSalt = 0x72656379;  // "recy": trunk passes per training step
 
@@ -116,16 +118,22 @@ data::Batch training_batch(const data::Dataset& ds, const config::TrainConfig& c
   for (int64_t b = 0; b < cfg.data.batch_size; ++b) {
     const uint64_t g = static_cast<uint64_t>(slot * cfg.data.batch_size + b);
     const data::CropWeights weights{cfg.data.crop_contiguous, cfg.data.crop_spatial, cfg.data.crop_spatial_interface};
-    auto [entry, crop] = data::sample_or_replace(ds, seed, g, [&](const data::Entry& e, uint64_t draw) {
-      return data::training_crop(e, static_cast<int>(cfg.data.crop_size), weights, mix_seed(seed ^ kCropSalt, draw));
-    });
+    // The spatial crops centre on the drawn chain or interface under data.sampling af3.
+    auto [entry, crop] = data::sample_or_replace(
+        ds, seed, g, [&](const data::Entry& e, uint64_t draw, const data::CropFocus& focus) {
+          return data::training_crop(e, static_cast<int>(cfg.data.crop_size), weights, mix_seed(seed ^ kCropSalt, draw),
+                                     focus);
+        });
     entries.push_back(entry.get());
     held.push_back(std::move(entry));
     crops.push_back(std::move(crop));
   }
   // Entry b of the batch draws its MSA rows with mix_seed(msa seed, b): a function of (seed, g).
   const data::MsaSampling msa{cfg.data.msa_rows, mix_seed(seed ^ kMsaSalt, static_cast<uint64_t>(slot))};
-  return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size), msa);
+  // Likewise its templates (AF3 SI 2.4: a random number of each chain's hits in training).
+  const data::TemplateSampling templates{cfg.data.max_templates, true,
+                                         mix_seed(seed ^ kTemplateSalt, static_cast<uint64_t>(slot))};
+  return data::make_batch(entries, crops, static_cast<int>(cfg.data.crop_size), msa, templates);
 }
 
 struct Validation {
@@ -158,7 +166,8 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
     const auto crop = data::contiguous_crop(e, static_cast<int>(cfg.data.val_crop_size),
                                             mix_seed(kValidationSalt, fnv1a32(e.name)));
     const data::Batch batch =
-        data::make_batch({&e}, {crop}, 0, {cfg.data.msa_rows, mix_seed(kValidationSalt ^ kMsaSalt, fnv1a32(e.name))})
+        data::make_batch({&e}, {crop}, 0, {cfg.data.msa_rows, mix_seed(kValidationSalt ^ kMsaSalt, fnv1a32(e.name))},
+                         {cfg.data.max_templates, false, 0})
             .to(device);
     AutocastScope ac(at::kCUDA, autocast, at::kBFloat16);
     const model::TrunkOutput out = model->forward(batch, 0);
@@ -341,6 +350,7 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
        << cfg.data.dir << " (" << ds.skipped.size() << " files skipped)";
     say(os.str());
   }
+  if (cfg.data.sampling == "af3") say(data::use_af3_sampling(ds, cfg.data.chain_clusters, quiet).describe());
 
   at::manual_seed(cfg.seed);  // parameter initialisation only; all later randomness is seeded
   model_ = model::MegaFold(cfg.model);

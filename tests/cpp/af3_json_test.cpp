@@ -172,7 +172,7 @@ TEST(Af3Json, WarnsOfWhatItDoesNotUse) {
   const TempDir dir;
   const std::string path = dir.write("j.json", R"({"name": "j", "modelSeeds": [1], "dialect": "alphafold3", "version": 2,
     "sequences": [
-      {"protein": {"id": "A", "sequence": "MKT", "pairedMsa": ">q\nMKT\n", "templates": [{"mmcif": "x", "queryIndices": [0], "templateIndices": [0]}],
+      {"protein": {"id": "A", "sequence": "MKT", "pairedMsa": ">q\nMKT\n",
                    "modifications": [{"ptmType": "ZZZQ", "ptmPosition": 2}]}},
       {"ligand": {"id": "B", "ccdCodes": ["NOPE1"]}}],
     "userCCD": "data_X"})");
@@ -182,7 +182,7 @@ TEST(Af3Json, WarnsOfWhatItDoesNotUse) {
   EXPECT_EQ(e.restype[1], amino_acid_of_letter('K'));  // the unknown modification: the standard residue kept
   std::string all;
   for (const std::string& w : e.warnings) all += w + "\n";
-  for (const char* part : {"templates are not used", "userCCD is not used",
+  for (const char* part : {"userCCD is not used",
                            "component ZZZQ is not in the CCD; kept as the standard LYS",
                            "component NOPE1 is not in the CCD; skipped", "chain B has no atoms left"})
     EXPECT_NE(all.find(part), std::string::npos) << part << "\n" << all;

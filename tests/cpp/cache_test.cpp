@@ -224,7 +224,7 @@ TEST_F(CacheTest, TrainingFromACacheDecodesEntriesWhenSampled) {
   EXPECT_THROW(ds.train[0].get(), Error);
   std::set<std::string> drawn;
   for (uint64_t g = 0; g < 3 * ds.train.size(); ++g) {
-    const auto [entry, tokens] = sample_or_replace(ds, 1, g, [](const Entry& e, uint64_t) { return e.n_tokens(); });
+    const auto [entry, tokens] = sample_or_replace(ds, 1, g, [](const Entry& e, uint64_t, const CropFocus&) { return e.n_tokens(); });
     EXPECT_EQ(tokens, entry->n_tokens());
     drawn.insert(entry->name);
   }

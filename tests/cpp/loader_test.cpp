@@ -133,7 +133,7 @@ TEST(Loader, AFailingBatchIsReportedWithItsStep) {
 // A sample whose preparation fails is replaced by the same other draw on every run.
 TEST(Loader, FailingSamplesAreReplacedDeterministically) {
   const std::string bad = dataset().sample(3, 10).name();
-  auto prepare = [&](const Entry& e, uint64_t) {
+  auto prepare = [&](const Entry& e, uint64_t, const CropFocus&) {
     if (e.name == bad) throw Error("entry " + e.name + ": cannot crop");
     return e.n_tokens();
   };
@@ -142,7 +142,7 @@ TEST(Loader, FailingSamplesAreReplacedDeterministically) {
   EXPECT_EQ(first.second, first.first->n_tokens());
   EXPECT_EQ(sample_or_replace(dataset(), 3, 10, prepare).first, first.first);
   EXPECT_EQ(sample_or_replace(dataset(), 3, 11, prepare).first, dataset().sample(3, 11).get());  // others untouched
-  EXPECT_THROW(sample_or_replace(dataset(), 3, 10, [](const Entry&, uint64_t) -> int { throw Error("always"); }), Error);
+  EXPECT_THROW(sample_or_replace(dataset(), 3, 10, [](const Entry&, uint64_t, const CropFocus&) -> int { throw Error("always"); }), Error);
 }
 
 }  // namespace
