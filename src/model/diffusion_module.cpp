@@ -180,9 +180,12 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
     sums = row_loss(module, prep, {x_noisy, t, gt, mask, weight, radius, bond_atoms, bond_mask});
   } else {
     // Chunks of samples (all examples' rows of samples c0..c0+C), each recomputed in
-    // backward: activations of one chunk at a time. The context copy outlives this call
-    // inside the checkpoint; the batch it points to must live until backward (the trainer's does).
-    const auto ctx_copy = std::make_shared<TrunkContext>(ctx);
+    // backward: activations of one chunk at a time. The checkpoint keeps its own copy of the
+    // context and of the batch (tensor handles), so the caller's may be gone by backward (a
+    // ground truth permuted for this step only, say).
+    const auto batch_copy = std::make_shared<const data::Batch>(b);
+    auto ctx_copy = std::make_shared<TrunkContext>(ctx);
+    ctx_copy->batch = batch_copy.get();
     const auto i64 = at::TensorOptions().dtype(at::kLong).device(x_noisy.device());
     for (int64_t c0 = 0; c0 < samples; c0 += chunk) {
       const int64_t C = std::min(chunk, samples - c0);
@@ -191,7 +194,7 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
       const RowTerms terms{x_noisy.index_select(0, rows), t.index_select(0, rows), gt.index_select(0, rows),
                            mask.index_select(0, rows),    weight.index_select(0, rows), radius.index_select(0, rows),
                            bond_atoms.index_select(0, rows), bond_mask.index_select(0, rows)};
-      auto fn = [module, prep, ctx_copy, terms](const std::vector<at::Tensor>& in) mutable {
+      auto fn = [module, prep, batch_copy, ctx_copy, terms](const std::vector<at::Tensor>& in) mutable {
         DiffusionModuleImpl::Prepared p = prep;
         p.ctx = ctx_copy.get();
         p.set_tensors(in);

@@ -73,26 +73,35 @@ TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_see
 }
 
 Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint64_t noise_seed, bool confidence) {
-  const DistogramMetrics d = distogram_loss(out.distogram_logits, batch.rep_coords,
-                                            batch.rep_mask * batch.token_mask,
+  const TrunkContext ctx{&batch, out.s_inputs, out.s, out.z};
+  const bool rollout = confidence && has_confidence();
+  // AF3 SI Sec. 4.3: the head learns on the model's own structure from a short rollout. AF3 SI
+  // Sec. 4.2: the ground truth's interchangeable chains and symmetric atoms are matched to that
+  // rollout, and every loss of the step (distogram, diffusion, confidence) sees the matched
+  // ground truth; a step without a rollout keeps the file's labelling.
+  at::Tensor x;
+  std::optional<data::Batch> matched;
+  if (rollout) {
+    SamplerConfig sc;
+    sc.steps = cfg_.confidence.rollout_steps;
+    x = sample_structures(diffusion_, ctx, 1, sc, mix_seed(noise_seed, 1));
+    matched = permute_ground_truth(x, batch);
+  }
+  const data::Batch& gt = matched ? *matched : batch;
+  const DistogramMetrics d = distogram_loss(out.distogram_logits, gt.rep_coords, gt.rep_mask * gt.token_mask,
                                             cfg_.distogram_min, cfg_.distogram_max);
   Losses l{d.loss, d.loss, d.accuracy, {}, {}, {}, {}, {}};
   if (!has_diffusion()) return l;
-  const TrunkContext ctx{&batch, out.s_inputs, out.s, out.z};
-  const DiffusionLoss dl = diffusion_loss(diffusion_, ctx, cfg_.diffusion.samples,
+  const TrunkContext gt_ctx{&gt, out.s_inputs, out.s, out.z};
+  const DiffusionLoss dl = diffusion_loss(diffusion_, gt_ctx, cfg_.diffusion.samples,
                                           diffusion_sample_chunk(cfg_, batch.n_tokens()), noise_seed);
   l.total = l.total + cfg_.diffusion.weight * dl.total;
   l.diffusion_mse = dl.mse;
   l.smooth_lddt = dl.smooth_lddt;
   l.bond = dl.bond;
-  if (!confidence || !has_confidence()) return l;
-  // AF3 SI Sec. 4.3: the head learns on the model's own structure from a short rollout.
-  SamplerConfig rollout;
-  rollout.steps = cfg_.confidence.rollout_steps;
-  const at::Tensor x = sample_structures(diffusion_, ctx, 1, rollout, mix_seed(noise_seed, 1));
+  if (!rollout) return l;
   const ConfidenceLogits logits = confidence_(batch, out.s_inputs, out.s, out.z, x, mix_seed(noise_seed, 2));
-  // The head learns errors against the ground truth's copies matched to the rollout's chains.
-  const ConfidenceLoss cl = confidence_loss(logits, x, permute_ground_truth(x, batch), cfg_.confidence);
+  const ConfidenceLoss cl = confidence_loss(logits, x, gt, cfg_.confidence);
   l.total = l.total + cfg_.confidence.weight * cl.total;
   l.plddt = cl.plddt, l.pae = cl.pae, l.pde = cl.pde, l.resolved = cl.resolved;
   l.plddt_target = cl.plddt_target;

@@ -62,7 +62,9 @@ class MegaFoldImpl : public torch::nn::Module {
                       dist::ProcessGroup* pair_group = nullptr);
   std::vector<at::Tensor> row_parameters() const { return pairformer_->row_parameters(); }
   // noise_seed seeds the diffusion loss's noise, augmentation and noise levels, and the
-  // confidence rollout. confidence: also train the pLDDT head on a rollout of this trunk pass.
+  // confidence rollout. confidence: also train the confidence head on a rollout of this trunk
+  // pass; the ground truth's interchangeable chains and symmetric atoms are then matched to the
+  // rollout (model/permutation.h) for every loss of the step (AF3 SI Sec. 4.2).
   Losses loss(const data::Batch& batch, const TrunkOutput& out, uint64_t noise_seed, bool confidence = false);
   bool has_diffusion() const { return !diffusion_.is_empty(); }
   bool has_confidence() const { return !confidence_.is_empty(); }

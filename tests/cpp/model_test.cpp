@@ -9,9 +9,11 @@
 #include "data/features.h"
 #include "data/structure.h"
 #include "core/autocast.h"
+#include "core/seed.h"
 #include "model/confidence_scores.h"
 #include "model/heads.h"
 #include "model/model.h"
+#include "model/permutation.h"
 #include "testing.h"
 
 namespace megafold::model {
@@ -195,28 +197,37 @@ TEST(Model, RecyclingFeedsThePreviousPass) {
   EXPECT_GT(m->named_parameters()["w_z_prev"].grad().abs().sum().item<double>(), 0.0);
 }
 
-// The confidence head trains on a rollout of the model's own structure, adds only its own
-// gradients (the trunk's are those of the loss without it), and predict() reports pLDDT.
+// The confidence head trains on a rollout of the model's own structure and adds only its own
+// gradients: the trunk's are those of the loss without the head on the ground truth matched to
+// that rollout (its symmetric side-chain atoms renamed; AF3 SI Sec. 4.2), and predict() reports
+// pLDDT.
 TEST(Model, ConfidenceHeadTrainsOnItsRolloutAndScoresPredictions) {
   fresh_seed();
   ModelConfig cfg = tiny_diffusion_config();
   cfg.confidence.n_blocks = 1;
-  cfg.confidence.rollout_steps = 2;
+  cfg.confidence.rollout_steps = cfg.diffusion.sampler_steps = 2;  // so sample() replays the rollout
   MegaFold m(cfg);
   ASSERT_TRUE(m->has_confidence());
   randomise_parameters(*m, 0.2);
   const data::Batch b = batch_of(ubiquitin(), 12, 14);
-  auto grads = [&](bool confidence) {
+  const uint64_t noise_seed = 9;
+  at::Tensor rollout;
+  {
+    at::NoGradGuard no_grad;
+    rollout = m->sample(b, m->forward(b, 1), 1, mix_seed(noise_seed, 1));
+  }
+  const data::Batch matched = permute_ground_truth(rollout, b);
+  auto grads = [&](const data::Batch& gt, bool confidence) {
     m->zero_grad();
-    const Losses l = m->loss(b, m->forward(b, 1), 9, confidence);
+    const Losses l = m->loss(gt, m->forward(gt, 1), noise_seed, confidence);
     l.total.backward();
     std::map<std::string, at::Tensor> g;
     for (const auto& p : m->named_parameters())
       g[p.key()] = p.value().grad().defined() ? p.value().grad().clone() : at::zeros_like(p.value());
     return std::make_pair(l, g);
   };
-  const auto [without, g0] = grads(false);
-  const auto [with, g1] = grads(true);
+  const auto [without, g0] = grads(matched, false);
+  const auto [with, g1] = grads(b, true);
   EXPECT_FALSE(without.plddt.defined());
   ASSERT_TRUE(with.plddt.defined());
   EXPECT_GT(with.plddt.item<double>(), 0.0);
@@ -245,6 +256,70 @@ TEST(Model, ConfidenceHeadTrainsOnItsRolloutAndScoresPredictions) {
     EXPECT_NEAR(p.ranking_score[k].item<double>(),
                 0.8 * iptm + 0.2 * p.ptm[k].item<double>() + 0.5 * f - (p.has_clash[k].item<bool>() ? 100 : 0), 1e-12);
   }
+}
+
+// AF3 SI Sec. 4.2: every loss of a step with a rollout (distogram, diffusion, confidence) sees
+// the ground truth matched to that rollout, for either labelling of a homodimer's copies: its
+// losses and gradients are those of the step without a rollout on the matched ground truth.
+// The diffusion loss runs in chunks, so its backward also checks that the matched ground truth
+// outlives loss().
+TEST(Model, EveryLossSeesTheGroundTruthMatchedToTheRollout) {
+  fresh_seed();
+  ModelConfig cfg = tiny_diffusion_config();
+  cfg.n_blocks = 1, cfg.msa.n_blocks = 0;
+  cfg.confidence.n_blocks = 1;
+  cfg.confidence.rollout_steps = cfg.diffusion.sampler_steps = 2;  // so sample() replays the rollout
+  cfg.diffusion.sample_chunk = 1;
+  MegaFold m(cfg);
+  randomise_parameters(*m, 0.2);
+  // 3u8v: two copies of one chain; the same 24 residues of each.
+  const data::Entry e = data::load_entry(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb/3u8v.cif.gz");
+  std::vector<int32_t> sel;
+  for (int32_t asym : {0, 1}) {
+    int32_t taken = 0;
+    for (int32_t i = 0; i < e.n_tokens() && taken < 24; ++i)
+      if (e.asym_id[i] == asym) sel.push_back(i), ++taken;
+  }
+  const data::Batch b = data::make_batch({&e}, {sel}, 0);
+  ASSERT_EQ(b.entity_id[0][0].item<int64_t>(), b.entity_id[0][24].item<int64_t>());
+  // The other labelling: the copies' ground-truth rows exchanged.
+  std::vector<int64_t> order(48);
+  for (int64_t i = 0; i < 48; ++i) order[i] = (i + 24) % 48;
+  const at::Tensor idx = at::tensor(order, at::kLong);
+  data::Batch swapped = b;
+  for (at::Tensor* t : {&swapped.atom_coords, &swapped.atom_mask, &swapped.rep_coords, &swapped.rep_mask,
+                        &swapped.centre_mask})
+    *t = t->index_select(1, idx);
+  const uint64_t noise_seed = 5;
+  at::Tensor rollout;
+  {
+    at::NoGradGuard no_grad;
+    rollout = m->sample(b, m->forward(b, 1), 1, mix_seed(noise_seed, 1));
+  }
+  auto run = [&](const data::Batch& gt, bool with_rollout) {
+    m->zero_grad();
+    const Losses l = m->loss(gt, m->forward(gt, 1), noise_seed, with_rollout);
+    l.total.backward();
+    std::map<std::string, at::Tensor> g;
+    for (const auto& p : m->named_parameters())
+      if (p.value().grad().defined() && p.key().rfind("confidence.", 0) != 0) g[p.key()] = p.value().grad().clone();
+    return std::make_pair(l, g);
+  };
+  bool moved = false;
+  for (const data::Batch* labelling : std::vector<const data::Batch*>{&b, &swapped}) {
+    const data::Batch matched = permute_ground_truth(rollout, *labelling);
+    moved = moved || !at::equal(matched.atom_coords, labelling->atom_coords);
+    const auto [l1, g1] = run(*labelling, true);
+    const auto [l0, g0] = run(matched, false);
+    EXPECT_EQ(l1.distogram.item<double>(), l0.distogram.item<double>());
+    EXPECT_EQ(l1.diffusion_mse.item<double>(), l0.diffusion_mse.item<double>());
+    EXPECT_EQ(l1.smooth_lddt.item<double>(), l0.smooth_lddt.item<double>());
+    ASSERT_EQ(g1.size(), g0.size());
+    for (const auto& [name, g] : g1) EXPECT_TRUE(at::equal(g, g0.at(name))) << name;
+  }
+  EXPECT_TRUE(moved);  // the rollout renamed or swapped something: the test compares two ground truths
+  // The two labellings are different ground truths to a step without a rollout.
+  EXPECT_NE(run(b, false).first.diffusion_mse.item<double>(), run(swapped, false).first.diffusion_mse.item<double>());
 }
 
 TEST(Distogram, BinsMatchHandComputedDistances) {
