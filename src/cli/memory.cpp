@@ -131,6 +131,10 @@ int memory_main(const std::vector<std::string>& argv) {
     const model::Embedding e = m.embedder()->forward(batch);
     return std::vector<at::Tensor>{e.s, e.z};
   });
+  if (!m.templates().is_empty())
+    prof.run("template embedder (" + std::to_string(batch.template_mask.size(1)) + " templates)", [&] {
+      return std::vector<at::Tensor>{m.templates()->forward(batch, leaf(emb.z), pair_mask, 1)};
+    });
   if (!m.msa().is_empty())
     prof.run("MSA module", [&] { return std::vector<at::Tensor>{m.msa()->forward(batch, emb.s_inputs, leaf(emb.z), pair_mask, 1)}; });
   prof.run("trunk pass, no gradients (earlier recycles)", [&] {

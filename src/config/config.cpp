@@ -73,6 +73,15 @@ template <typename T, typename U>
 concept Is = std::same_as<std::remove_const_t<T>, U>;
 
 template <typename S>
+  requires Is<S, model::TemplateConfig>
+void keys(S& t, auto&& f) {
+  f("n_blocks", t.n_blocks), f("c", t.c), f("tri_attn_heads", t.tri_attn_heads);
+  f("tri_attn_head_dim", t.tri_attn_head_dim), f("tri_mul_hidden", t.tri_mul_hidden);
+  f("transition_factor", t.transition_factor), f("distogram_bins", t.distogram_bins);
+  f("distogram_min", t.distogram_min), f("distogram_max", t.distogram_max);
+}
+
+template <typename S>
   requires Is<S, model::MsaConfig>
 void keys(S& m, auto&& f) {
   f("n_blocks", m.n_blocks), f("c_m", m.c_m), f("opm_hidden", m.opm_hidden), f("heads", m.heads);
@@ -108,7 +117,7 @@ void keys(S& m, auto&& f) {
   f("relpos_s_max", m.relpos_s_max), f("distogram_bins", m.distogram_bins), f("distogram_min", m.distogram_min);
   f("distogram_max", m.distogram_max), f("checkpoint_blocks", m.checkpoint_blocks), f("memory", m.memory);
   f("memory_chunk_pairs", m.memory_chunk_pairs), f("memory_offload", m.memory_offload);
-  f("recycles", m.recycles), f("msa", m.msa), f("diffusion", m.diffusion), f("confidence", m.confidence);
+  f("recycles", m.recycles), f("templates", m.templates), f("msa", m.msa), f("diffusion", m.diffusion), f("confidence", m.confidence);
 }
 
 template <typename S>
@@ -139,7 +148,7 @@ void keys(S& c, auto&& f) {
 }
 
 template <typename T>
-constexpr bool kSection = Is<T, model::MsaConfig> || Is<T, model::DiffusionConfig> ||
+constexpr bool kSection = Is<T, model::TemplateConfig> || Is<T, model::MsaConfig> || Is<T, model::DiffusionConfig> ||
                           Is<T, model::ConfidenceConfig> || Is<T, model::ModelConfig> || Is<T, DataConfig> ||
                           Is<T, OptimConfig> || Is<T, TrainConfig>;
 
@@ -356,6 +365,17 @@ void validate(const TrainConfig& c, const std::string& origin) {
     positive(msa.heads, "model.msa.heads");
     positive(msa.head_dim, "model.msa.head_dim");
     if (!(msa.dropout >= 0 && msa.dropout < 1)) throw Error(origin + ": 'model.msa.dropout' must be in [0, 1)");
+  }
+  const model::TemplateConfig& t = c.model.templates;
+  non_negative(t.n_blocks, "model.templates.n_blocks");
+  if (t.n_blocks > 0) {
+    positive(t.c, "model.templates.c");
+    positive(t.tri_attn_heads, "model.templates.tri_attn_heads");
+    positive(t.tri_attn_head_dim, "model.templates.tri_attn_head_dim");
+    positive(t.tri_mul_hidden, "model.templates.tri_mul_hidden");
+    positive(t.transition_factor, "model.templates.transition_factor");
+    if (t.distogram_bins < 2 || !(t.distogram_min < t.distogram_max))
+      throw Error(origin + ": 'model.templates' needs distogram_bins >= 2 and distogram_min < distogram_max");
   }
   const model::ConfidenceConfig& k = c.model.confidence;
   non_negative(k.n_blocks, "model.confidence.n_blocks");

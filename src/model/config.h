@@ -46,6 +46,22 @@ struct ConfidenceConfig {
   double weight = 1e-4;         // alpha_confidence (AF3 SI Sec. 4.2)
 };
 
+// Template embedder (AF3 SI Sec. 2.4 and Alg. 16): each template's pair features (pseudo-beta
+// distogram, unit vectors in the backbone frames, masks, residue types) meet a projection of
+// the trunk's z, run through a pair-only Pairformer stack, and their mean is added to z before
+// every trunk pass. n_blocks = 0 leaves it out. Defaults are AF3's.
+struct TemplateConfig {
+  int64_t n_blocks = 0;          // Pairformer (pair-only) blocks per template (AF3: 2)
+  int64_t c = 64;                // template pair channels
+  int64_t tri_attn_heads = 4;    // triangle attention of the template stack
+  int64_t tri_attn_head_dim = 16;
+  int64_t tri_mul_hidden = 64;
+  int64_t transition_factor = 2;
+  int64_t distogram_bins = 39;   // pseudo-beta distance bins with lower edges from
+  double distogram_min = 3.25;   //   distogram_min to distogram_max, Angstrom (AF3 Table 5)
+  double distogram_max = 50.75;
+};
+
 // MSA module (AF3 SI Alg. 8-10): the MSA rows the loader drew update the pair representation
 // through outer-product means before every trunk pass. n_blocks = 0 leaves it out.
 struct MsaConfig {
@@ -85,6 +101,7 @@ struct ModelConfig {
   // LayerNorm + linear (Alg. 1 lines 8-11). Training draws 1..recycles passes per step from the
   // step seed and backpropagates through the last only; inference always runs `recycles`.
   int64_t recycles = 1;
+  TemplateConfig templates;          // template embedder (off when templates.n_blocks == 0)
   MsaConfig msa;                     // MSA module (off when msa.n_blocks == 0)
   DiffusionConfig diffusion;         // structure module (off unless diffusion.samples > 0)
   ConfidenceConfig confidence;       // pLDDT head (off unless confidence.n_blocks > 0)

@@ -20,6 +20,7 @@ MegaFoldImpl::MegaFoldImpl(const ModelConfig& cfg) : cfg_(cfg) {
   MF_CHECK(cfg.confidence.n_blocks == 0 || cfg.diffusion.samples > 0,
            "model.confidence needs the diffusion module (model.diffusion.samples > 0)");
   embedder_ = register_module("embedder", InputEmbedder(cfg));
+  if (cfg.templates.n_blocks > 0) templates_ = register_module("templates", TemplateEmbedder(cfg));
   if (cfg.msa.n_blocks > 0) msa_ = register_module("msa", MsaModule(cfg));
   pairformer_ = register_module("pairformer", PairformerStack(cfg));
   distogram_ = register_module("distogram", DistogramHead(cfg));
@@ -60,6 +61,8 @@ TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_see
     }
     // The last pass keeps dropout_seed itself, so a single pass draws the masks it always did.
     const uint64_t seed = last ? dropout_seed : mix_seed(dropout_seed, 0x72656379 + c);  // "recy"
+    // AF3 SI Alg. 1: the templates, then the MSA, update z before the Pairformer.
+    if (!templates_.is_empty()) st.z = templates_->forward(batch, st.z, pair_mask, mix_seed(seed, 0x746d706c));  // "tmpl"
     if (!msa_.is_empty()) st.z = msa_->forward(batch, emb.s_inputs, st.z, pair_mask, mix_seed(seed, 0x6d7361));
     if (shard) {
       prev = pairformer_->forward({st.s, dist::split_rows(st.z, *shard)}, token_mask, pair_mask, seed, &*shard);
@@ -90,7 +93,9 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   const data::Batch& gt = matched ? *matched : batch;
   const DistogramMetrics d = distogram_loss(out.distogram_logits, gt.rep_coords, gt.rep_mask * gt.token_mask,
                                             cfg_.distogram_min, cfg_.distogram_max);
-  Losses l{d.loss, d.loss, d.accuracy, {}, {}, {}, {}, {}};
+  Losses l;
+  l.total = l.distogram = d.loss;
+  l.distogram_accuracy = d.accuracy;
   if (!has_diffusion()) return l;
   const TrunkContext gt_ctx{&gt, out.s_inputs, out.s, out.z};
   const DiffusionLoss dl = diffusion_loss(diffusion_, gt_ctx, cfg_.diffusion.samples,

@@ -12,6 +12,7 @@
 #include "model/diffusion_module.h"
 #include "model/heads.h"
 #include "model/msa_module.h"
+#include "model/template_embedder.h"
 #include "model/pairformer.h"
 
 namespace megafold::model {
@@ -78,6 +79,7 @@ class MegaFoldImpl : public torch::nn::Module {
   // The parts, for the per-module memory profile (`megafold memory`); the optional ones are
   // empty holders when the config leaves them out.
   InputEmbedder& embedder() { return embedder_; }
+  TemplateEmbedder& templates() { return templates_; }
   MsaModule& msa() { return msa_; }
   PairformerStack& pairformer() { return pairformer_; }
   DistogramHead& distogram() { return distogram_; }
@@ -87,6 +89,7 @@ class MegaFoldImpl : public torch::nn::Module {
  private:
   ModelConfig cfg_;
   InputEmbedder embedder_{nullptr};
+  TemplateEmbedder templates_{nullptr};
   MsaModule msa_{nullptr};
   PairformerStack pairformer_{nullptr};
   DistogramHead distogram_{nullptr};
