@@ -46,7 +46,7 @@ int fit_main(const std::vector<std::string>& argv) {
                        "inputs, or \"error\": \"out of memory\" (exit code 3).\n"
                        "trunk48: the 48-block Pairformer stack on random inputs, one pass; af3-full: the "
                        "whole model of configs/af3-full.json (all recycling passes, 48 diffusion samples, "
-                       "pLDDT head every step) on bundled 3kpr cropped or padded to N tokens.",
+                       "pLDDT head every step, 4 templates made from its own residues) on bundled 3kpr cropped or padded to N tokens.",
                        specs);
     return 0;
   }

@@ -82,9 +82,26 @@ Workload trunk48(int64_t n, const std::string& memory, const c10::Device& device
   return w;
 }
 
-// The first n tokens of the bundled entry, padded to n, with `rows` MSA rows: the query and
-// random ones (token types, deletions) over the real tokens.
-data::Batch whole_model_batch(const std::string& data_dir, int64_t n, int64_t rows) {
+// `count` templates of b's protein tokens made from their own residues: type, and N, CA, C and
+// CB (CA for glycine) where resolved. The bundled entries have no template hits; the template
+// embedder's cost depends on the shapes only.
+void add_self_templates(data::Batch& b, int64_t count) {
+  const at::Tensor protein = (b.mol_type == static_cast<int64_t>(data::MolType::kProtein)) * (b.token_mask > 0);
+  const at::Tensor gly = b.restype == data::residue_type(data::MolType::kProtein, "GLY");
+  const at::Tensor cb_slot = at::where(gly, data::kAtomCA, data::kAtomCB);  // [B, N]
+  const at::Tensor slots = at::stack({at::full_like(cb_slot, data::kAtomN), at::full_like(cb_slot, data::kAtomCA),
+                                      at::full_like(cb_slot, data::kAtomC), cb_slot}, -1);  // [B, N, 4]
+  const at::Tensor coords = b.atom_coords.gather(2, slots.unsqueeze(-1).expand({-1, -1, -1, 3}));
+  const at::Tensor mask = b.atom_mask.gather(2, slots) * protein.unsqueeze(-1).to(b.atom_mask.dtype());
+  const at::Tensor restype = at::where(protein, b.restype, data::kGapToken);
+  b.template_restype = restype.unsqueeze(1).expand({-1, count, -1}).contiguous();
+  b.template_coords = (coords * mask.unsqueeze(-1)).unsqueeze(1).expand({-1, count, -1, -1, -1}).contiguous();
+  b.template_mask = mask.unsqueeze(1).expand({-1, count, -1, -1}).contiguous();
+}
+
+// The first n tokens of the bundled entry, padded to n, with `rows` MSA rows (the query and
+// random ones: token types, deletions over the real tokens) and `templates` self-templates.
+data::Batch whole_model_batch(const std::string& data_dir, int64_t n, int64_t rows, int64_t templates) {
   data::Entry e;
   for (const std::string& path : data::list_structure_files(data_dir))
     if (data::entry_name(path) == kEntry) e = data::load_entry(path);
@@ -103,6 +120,7 @@ data::Batch whole_model_batch(const std::string& data_dir, int64_t n, int64_t ro
                               at::randint(0, 4, {1, rows - 1, n}, b.msa_deletion.options()) * real}, 1);
     b.msa_mask = real.expand({1, rows, n}).contiguous();
   }
+  if (templates > 0) add_self_templates(b, templates);
   return b;
 }
 
@@ -118,13 +136,15 @@ Workload whole_model(int64_t n, const std::string& memory, const std::string& da
   const int64_t rows = w.cfg.data.msa_rows;
   w.inputs = std::string(kEntry) + ": first " + std::to_string(std::min<int64_t>(n, 1652)) + " tokens" +
              (n > 1652 ? " padded to " + std::to_string(n) : "") + ", " + std::to_string(rows) +
-             " MSA rows (query + random)";
+             " MSA rows (query + random)" +
+             (w.cfg.model.templates.n_blocks > 0 ? ", " + std::to_string(w.cfg.data.max_templates) + " self-templates" : "");
   at::manual_seed(0);
   w.model = std::make_shared<model::MegaFold>(w.cfg.model);
   (*w.model)->to(device);
   (*w.model)->train();
   w.trunk = (*w.model)->pairformer();
-  w.batch = std::make_shared<data::Batch>(whole_model_batch(data_dir, n, rows).to(device));
+  const int64_t templates = w.cfg.model.templates.n_blocks > 0 ? w.cfg.data.max_templates : 0;
+  w.batch = std::make_shared<data::Batch>(whole_model_batch(data_dir, n, rows, templates).to(device));
   const std::vector<at::Tensor> params = (*w.model)->parameters();
   w.parameters = count(params);
   auto opt = std::make_shared<Optimiser>(params, w.cfg.optim);

@@ -5,10 +5,11 @@
 //             single and pair inputs; loss = mean(z^2) + mean(s^2) of its output.
 //   af3-full  the whole model of configs/af3-full.json (input embedder, 4-block MSA module,
 //             48-block trunk with its most recycling passes, distogram head, diffusion module
-//             with 48 samples, pLDDT head every step) on a bundled structure's first n tokens
-//             (3kpr, 1652 tokens; longer crops pad it, which has the shapes and cost of n real
-//             tokens) with data.msa_rows MSA rows (the query and random rows: the bundled
-//             entries carry no MSAs).
+//             with 48 samples, pLDDT head every step, the template embedder) on a bundled
+//             structure's first n tokens (3kpr, 1652 tokens; longer crops pad it, which has the
+//             shapes and cost of n real tokens) with data.msa_rows MSA rows (the query and random
+//             rows) and data.max_templates templates made from its own residues (the bundled
+//             entries carry no MSAs or template hits).
 #include <c10/core/Device.h>
 
 #include <cstdint>
