@@ -197,11 +197,18 @@ std::string encode_entry(const Entry& e) {
     }
   }
   // Templates: per chain a count, then per template its name and its residue arrays (each
-  // template spans its chain's residues, which the decoder counts from the tokens).
+  // template spans its chain's residues, which the decoder counts from the tokens: checked
+  // here, so that a wrong length names the entry now rather than a damaged file later).
   w.put<uint64_t>(e.templates.size());
-  for (const std::vector<ChainTemplate>& chain : e.templates) {
+  const std::vector<int64_t> residues = e.templates.empty() ? std::vector<int64_t>{} : chain_residue_counts(e);
+  for (size_t c = 0; c < e.templates.size(); ++c) {
+    const std::vector<ChainTemplate>& chain = e.templates[c];
     w.put<uint64_t>(chain.size());
     for (const ChainTemplate& t : chain) {
+      MF_CHECK(t.size() == residues[c] && t.coords.size() == t.restype.size() * kTemplateAtoms * 3 &&
+                   t.mask.size() == t.restype.size() * kTemplateAtoms,
+               e.name, ": template ", t.name, " of chain ", e.chain_ids[c], " spans ", t.size(), " residues, the chain has ",
+               residues[c]);
       w.put(t.name);
       w.put(t.restype);
       w.put(t.coords);

@@ -68,6 +68,10 @@ static_assert(sizeof(Bond) == 12);
 struct Entry {
   std::string name;  // file stem, e.g. "1ubi"
   std::string path;
+  // The structure's deposition date, YYYY-MM-DD ("" when the file gives none): templates are
+  // kept only if released before it (data/templates.h). Read with the file; not stored in the
+  // feature cache, which applies it while building.
+  std::string deposition_date;
   std::vector<int8_t> restype;         // [n_token]   token type (residue_constants.h)
   std::vector<int8_t> mol_type;        // [n_token]   MolType
   std::vector<int32_t> residue_index;  // [n_token]

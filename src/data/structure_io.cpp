@@ -462,6 +462,9 @@ Entry load_entry(const std::string& path, const Ccd* ccd) {
   Entry e;
   e.path = path;
   e.name = entry_name(path);
+  // gemmi keeps the date of mmCIF's _pdbx_database_status and of a PDB HEADER under this key.
+  if (const std::string date = st.get_info("_pdbx_database_status.recvd_initial_deposition_date"); is_release_date(date))
+    e.deposition_date = date;
   const gemmi::Model& model = st.models.front();  // rule 1: first model only
   EntryBuilder builder(e, ccd);
   for (const gemmi::Chain& chain : model.chains)
@@ -646,8 +649,9 @@ TemplateStructure::Chain template_chain(const gemmi::Structure& st, const gemmi:
   return c;
 }
 
-// The earliest release (first revision) date of an entry, else its deposition date; "" if the
-// block has neither as YYYY-MM-DD.
+// The earliest release (first revision) date of an entry; "" if the block records none as
+// YYYY-MM-DD. Not the deposition date: a structure deposited before a cutoff may be released
+// after it.
 std::string release_date(const gemmi::cif::Block& block) {
   std::string date;
   for (const std::string& v : const_cast<gemmi::cif::Block&>(block).find_values("_pdbx_audit_revision_history.revision_date")) {
@@ -655,10 +659,6 @@ std::string release_date(const gemmi::cif::Block& block) {
     const std::string d = gemmi::cif::as_string(v);
     if (is_release_date(d) && (date.empty() || d < date)) date = d;
   }
-  if (date.empty())
-    if (const std::string* v = block.find_value("_pdbx_database_status.recvd_initial_deposition_date");
-        v && !gemmi::cif::is_null(*v) && is_release_date(gemmi::cif::as_string(*v)))
-      date = gemmi::cif::as_string(*v);
   return date;
 }
 

@@ -239,6 +239,7 @@ TemplateHits parse_a3m_hits(std::string_view text, const std::string& origin) {
     }
     add_hit(out, r.name, r.line, row, expected);
   }
+  out.columns = expected;
   return out;
 }
 
@@ -299,6 +300,7 @@ TemplateHits parse_stockholm_hits(std::string_view text, const std::string& orig
     }
     add_hit(out, names[k], line, row, expected);
   }
+  out.columns = expected;
   return out;
 }
 
@@ -409,6 +411,16 @@ TemplateCounts chain_templates(const Entry& e, int c, const TemplateHits& hits, 
       return n;
     }
   } else {
+    // Column k is residue_index k + 1: rows narrower than the chain's numbering cannot be its
+    // residues (an HMM's match states without --hand, say), and would shift every hit silently.
+    const int64_t last = n_res > 0 ? *std::max_element(index.begin(), index.end()) : 0;
+    if (hits.columns >= 0 && hits.columns < last) {
+      warnings.push_back(origin + ": templates not used: its rows have " + std::to_string(hits.columns) +
+                         " query columns and no query row, but the chain's residues are numbered up to " +
+                         std::to_string(last) + ": give the query as the first row");
+      n.unusable = n.read;
+      return n;
+    }
     for (int64_t i = 0; i < n_res; ++i) column[i] = index[i] - 1;
   }
   std::vector<int32_t> residue_at;
@@ -445,12 +457,14 @@ TemplateCounts chain_templates(const Entry& e, int c, const TemplateHits& hits, 
       continue;
     }
     const TemplateStructure& st = *cache.read.at(hit.pdb_id);
-    if (!options.max_release_date.empty()) {
+    // Released on or before the maximum date, and before the entry was deposited.
+    if (!options.max_release_date.empty() || !e.deposition_date.empty()) {
       if (st.release_date.empty()) {
-        unusable.add("without a release date", describe(hit) + ": its mmCIF records no revision or deposition date");
+        unusable.add("without a release date", describe(hit) + ": its mmCIF records no revision date");
         continue;
       }
-      if (st.release_date > options.max_release_date) {
+      if ((!options.max_release_date.empty() && st.release_date > options.max_release_date) ||
+          (!e.deposition_date.empty() && st.release_date >= e.deposition_date)) {
         ++n.released_later;
         continue;
       }

@@ -28,7 +28,8 @@
 // The query's columns are the chain's full sequence: with a query row, the chain's residues
 // must match it either one to one or by residue_index (label_seq_id), as an MSA's query must
 // (msa_for_chain); without one (m8, or hit-only a3m/Stockholm), query column k is the residue
-// whose residue_index is k + 1.
+// whose residue_index is k + 1, and rows with fewer columns than the chain's last residue_index
+// are refused with a warning (they cannot be its residues).
 //
 // Template structures: <mmcif_dir>/<pdbid>.cif[.gz], or the PDB mirror's layout
 // <mmcif_dir>/<middle two characters of the id>/<pdbid>.cif[.gz] (pdbid in lower case). A hit's
@@ -41,11 +42,13 @@
 // hits that pass are kept:
 //  - self-hits: a template whose PDB id is the entry's own (entry_pdb_id) is dropped, so a
 //    training example never sees its own structure;
-//  - release date: with a maximum date, a template released after it is dropped (the earliest
-//    pdbx_audit_revision_history.revision_date, else
-//    pdbx_database_status.recvd_initial_deposition_date), as AF3 filters templates by the
-//    query's date (SI 2.4); a template without either date cannot be checked and counts as
-//    unusable;
+//  - release date (the earliest pdbx_audit_revision_history.revision_date): a template
+//    released after the maximum date, or on or after the day the entry was deposited
+//    (Entry::deposition_date, which precedes its release), is dropped, so a training example
+//    only sees structures that existed before it, as AF3 filters templates by the query's date
+//    (SI 2.4); where either date applies, a template without a revision date cannot be checked
+//    (a deposition date would not do: a structure deposited before a date may be released
+//    after it) and counts as unusable;
 //  - short hits: fewer than kMinTemplateAligned of the chain's residues aligned to a template
 //    residue;
 //  - near-duplicates of the query: more than 95% identity over more than 95% of the chain's
@@ -127,6 +130,7 @@ struct TemplateHits {
   std::vector<TemplateHit> hits;       // in file order (rank)
   std::vector<int8_t> query;           // the query row's token types; empty when the file has none
   std::vector<std::string> malformed;  // "line N: why" for each record left out
+  int32_t columns = -1;                // query columns of the a3m / Stockholm rows (-1: m8, or no hit)
 };
 
 enum class TemplateFormat { kA3m, kStockholm, kM8 };
@@ -157,7 +161,7 @@ struct TemplateOptions {
 struct TemplateCounts {
   int64_t read = 0, kept = 0;
   int64_t self = 0, released_later = 0, short_hits = 0, duplicates = 0;  // filtered
-  int64_t unusable = 0;  // malformed, no structure, no chain, numbering mismatch, no release date
+  int64_t unusable = 0;  // malformed, no structure, no chain, numbering mismatch, no revision date
 };
 
 // Fills e.templates (one list per chain, kMaxTemplateHits at most, in rank order) from each

@@ -50,8 +50,11 @@ at::Tensor template_pair_features(const data::Batch& batch, int64_t t, const Tem
   const at::Tensor e2 = unit(v2 - e1 * (e1 * v2).sum(-1, true));
   const at::Tensor e3 = at::linalg_cross(e1, e2, -1);
   const at::Tensor axes = at::stack({e1, e2, e3}, 2);  // [B, N, 3 (axis), 3]
-  // CA_j - CA_i in frame i: axes_i . CA_j - axes_i . CA_i.
-  const at::Tensor local = at::einsum("bikx,bjx->bijk", {axes, ca}) - at::einsum("bikx,bix->bik", {axes, ca}).unsqueeze(2);
+  // CA_j - CA_i in frame i, the difference taken first and every step elementwise: a product
+  // with absolute coordinates (an einsum, which autocast would run in bf16, 0.5-2 A apart at
+  // 100-400 A from the origin) would lose a neighbour's 3.8 A to rounding.
+  const at::Tensor ca_ij = ca.unsqueeze(1) - ca.unsqueeze(2);                    // [B, i, j, 3]
+  const at::Tensor local = (axes.unsqueeze(2) * ca_ij.unsqueeze(3)).sum(-1);     // [B, i, j, 3]
   const at::Tensor same_chain = (batch.asym_id.unsqueeze(2) == batch.asym_id.unsqueeze(1)).to(at::kFloat);
   return at::cat({dgram * pb_ij.unsqueeze(-1), frame_ij.unsqueeze(-1), unit(local) * frame_ij.unsqueeze(-1),
                   pb_ij.unsqueeze(-1)},
@@ -88,6 +91,9 @@ at::Tensor TemplateEmbedderImpl::embed_one(const data::Batch& batch, int64_t t, 
   const at::Tensor restype = at::one_hot(batch.template_restype.select(1, t), data::kNumTokenTypes).to(type);
   at::Tensor v = zp + at::linear(template_pair_features(batch, t, cfg_).to(type), w_a_) +
                  at::linear(restype, w_restype_i_).unsqueeze(2) + at::linear(restype, w_restype_j_).unsqueeze(1);
+  // The stack's residual stream in the parameters' precision, as the trunk's (under autocast
+  // the projections come back in bf16, which would round every block's update away).
+  v = v.to(type);
   for (size_t k = 0; k < blocks_.size(); ++k) v = blocks_[k]->forward(v, pair_mask, mix_seed(dropout_seed, k));
   return at::layer_norm(v, {cfg_.c}, ln_v_w_, ln_v_b_);
 }
@@ -106,15 +112,16 @@ at::Tensor TemplateEmbedderImpl::forward(const data::Batch& batch, const at::Ten
   const at::Tensor present = templates_present(batch);  // [B, T]
   const at::Tensor zp = ops::layernorm_linear(z, ln_z_w_, ln_z_b_, w_z_, std::nullopt);  // [B, N, N, c]
   const bool checkpoint = plan_.checkpoint_blocks && is_training() && at::GradMode::is_enabled();
+  // The recomputations in backward keep their own handle on the batch (tensor handles).
+  const auto held = checkpoint ? std::make_shared<const data::Batch>(batch) : nullptr;
   at::Tensor u;
   for (int64_t t = 0; t < T; ++t) {
     const uint64_t seed = mix_seed(dropout_seed, t);
     at::Tensor e;
     if (checkpoint) {
       // Each template's stack is recomputed in backward from zp: one template's activations at
-      // a time. The recomputation keeps its own handle on the batch (tensor handles).
-      auto run = [this, held = std::make_shared<const data::Batch>(batch), t, pair_mask,
-                  seed](const std::vector<at::Tensor>& x) {
+      // a time.
+      auto run = [this, held, t, pair_mask, seed](const std::vector<at::Tensor>& x) {
         return std::vector<at::Tensor>{embed_one(*held, t, x[0], pair_mask, seed)};
       };
       e = checkpointed(run, {zp})[0];

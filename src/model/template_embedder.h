@@ -11,9 +11,11 @@
 // a new embedder starts as the identity) takes the mean back to c_z. An example without
 // templates gets no update.
 //
-// Memory kept for backward: the projection of z, N^2 c per example, shared by the templates;
-// when the memory plan checkpoints blocks, each template's stack is recomputed in backward from
-// it, else every template's stack keeps its activations (model/layers.h).
+// Memory kept for backward: the projection of z, N^2 c per example, shared by the templates,
+// and ReLU of the templates' mean (N^2 c, for the output map); when the memory plan checkpoints
+// blocks, each template's stack is recomputed in backward from the projection, else every
+// template's stack keeps its activations (model/layers.h). The embedder runs on the whole pair
+// representation on every rank: pair sharding (dist/shard.h) starts at the Pairformer.
 #include <torch/nn/module.h>
 
 #include <cstdint>
@@ -40,7 +42,8 @@ inline int64_t template_pair_width(const TemplateConfig& cfg) { return cfg.disto
 //    C - CA and N - CA: AF2 Alg. 21), times the pair's backbone frame mask;
 //  - pseudo-beta mask of the pair.
 // Every feature is zero between tokens of different chains (asym_id): templates are per chain
-// (the erratum of Alg. 16, whose multichain mask must test chain equality).
+// (the erratum of Alg. 16, whose multichain mask must test chain equality). Computed in fp32
+// by elementwise ops, so autocast does not round the coordinates.
 at::Tensor template_pair_features(const data::Batch& batch, int64_t t, const TemplateConfig& cfg);
 
 // Whether each example has template slot t: [B, T] float, 1 where any of the slot's atoms is

@@ -351,6 +351,12 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
     say(os.str());
   }
   if (cfg.data.sampling == "af3") say(data::use_af3_sampling(ds, cfg.data.chain_clusters, quiet).describe());
+  // Structure files carry no template hits: only a feature cache built with --templates does.
+  if (cfg.model.templates.n_blocks > 0 && cfg.data.max_templates > 0 && ds.cache_dir.empty() && lead)
+    std::cerr << "warning: model.templates is on, but " << cfg.data.dir
+              << " holds structure files, which carry no templates: the template embedder will see none (build a "
+                 "feature cache with `megafold cache --templates DIR --template-mmcif DIR` and train on it)"
+              << std::endl;
 
   at::manual_seed(cfg.seed);  // parameter initialisation only; all later randomness is seeded
   model_ = model::MegaFold(cfg.model);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/autocast.h"
 #include "data/features.h"
 #include "data/residue_constants.h"
 #include "data/structure.h"
@@ -142,6 +143,26 @@ TEST(TemplateFeatures, DoNotDependOnWhereTheTemplateLies) {
   EXPECT_TRUE(at::equal(a.narrow(-1, K, 1), c.narrow(-1, K, 1)));
   // Distances move by rounding only: at most a pair or two may cross a bin edge.
   EXPECT_LE((a.narrow(-1, 0, K) - c.narrow(-1, 0, K)).abs().sum().item<double>(), 4);
+}
+
+// Under bf16 autocast (the trainer's), far from the origin: the features are the fp32 ones.
+TEST(TemplateFeatures, AreFloat32UnderAutocastFarFromTheOrigin) {
+  fresh_seed();
+  data::Batch b = two_chain_batch();
+  add_random_templates(b, 1);
+  b.template_coords = b.template_coords + at::tensor({300.f, -250.f, 180.f});
+  const TemplateConfig cfg;
+  const at::Tensor plain = template_pair_features(b, 0, cfg);
+  at::Tensor mixed;
+  {
+    const AutocastScope ac(at::kCPU, true, at::kBFloat16);
+    mixed = template_pair_features(b, 0, cfg);
+  }
+  EXPECT_EQ(mixed.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(mixed, plain));
+  const int64_t K = cfg.distogram_bins;
+  expect_within_derived_tolerance(plain.narrow(-1, K + 1, 3), reference_features<float>(b, 0, cfg).narrow(-1, K + 1, 3),
+                                  reference_features<double>(b, 0, cfg).narrow(-1, K + 1, 3), 1e-6, "unit vectors");
 }
 
 ModelConfig tiny_template_config() {

@@ -346,12 +346,39 @@ TEST(TemplateHits, FiltersSelfShortDuplicateAndLaterHits) {
   EXPECT_EQ(later.counts.released_later, 1);
   EXPECT_EQ(later.counts.kept, 0);
   EXPECT_TRUE(later.warnings.empty());
+  // The entry's own deposition date: a template released before it is kept, one released that
+  // day or later is not, whatever the maximum date.
+  Entry deposited = protein_entry("test", {kQuery});
+  deposited.deposition_date = "1987-04-17";
+  EXPECT_EQ(attach(deposited, "test_A.a3m", full).counts.kept, 1);
+  deposited.deposition_date = "1987-04-16";
+  EXPECT_EQ(attach(deposited, "test_A.a3m", full).counts.released_later, 1);
+  EXPECT_EQ(attach(deposited, "test_A.a3m", full, kFixtures, "2030-01-01").counts.kept, 0);
+  // Structure files give that date: mmCIF's deposition date, a PDB file's HEADER date.
+  EXPECT_EQ(load_entry(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb/3u8v.cif.gz").deposition_date, "2011-10-17");
+  EXPECT_EQ(load_entry(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb/1ubi.pdb.gz").deposition_date, "1994-02-03");
   EXPECT_NE(error_of([] {
               Entry e = protein_entry("test", {kQuery});
               std::vector<std::string> w;
               attach_templates(e, {"d", "m", "1987-4-15"}, w);
             }).find("'1987-4-15' is not YYYY-MM-DD"),
             std::string::npos);
+}
+
+// Without a query row, column k is the residue numbered k + 1: rows of 20 columns cannot be a
+// 24-residue chain's, and are refused with a warning naming the file rather than shifted.
+TEST(TemplateHits, HitRowsWithoutAQueryMustSpanTheChainsNumbering) {
+  const Attached narrow = attach(protein_entry("test", {kUbiquitin24}), "test_A.a3m",
+                                 ">1ubq_A/1-20\n" + kUbiquitin24.substr(0, 20) + "\n");
+  EXPECT_EQ(narrow.counts.kept, 0);
+  EXPECT_EQ(narrow.counts.unusable, 1);
+  ASSERT_EQ(narrow.warnings.size(), 1u);
+  EXPECT_NE(narrow.warnings[0].find("test_A.a3m"), std::string::npos) << narrow.warnings[0];
+  EXPECT_NE(narrow.warnings[0].find("20 query columns"), std::string::npos) << narrow.warnings[0];
+  // The same hit over all 24 columns is used.
+  const Attached whole = attach(protein_entry("test", {kUbiquitin24}), "test_A.a3m",
+                                ">1ubq_A/1-20\n" + kUbiquitin24.substr(0, 20) + "----\n");
+  EXPECT_EQ(whole.counts.kept, 1);
 }
 
 TEST(TemplateHits, UnusableHitsAreCountedAndNamedOncePerFile) {
