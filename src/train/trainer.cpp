@@ -289,6 +289,32 @@ class Run {
   void say(const std::string& s) const {
     if (!quiet) std::cout << s << std::endl;
   }
+  // How many training entries have templates, from up to 64 spread over the set (a cache is
+  // decoded entry by entry); a warning when none has any, since the template embedder then
+  // trains on nothing. Structure files carry no template hits: only a feature cache built with
+  // --templates does.
+  void report_templates(const data::Dataset& ds) const {
+    const char* fix = "build a feature cache with `megafold cache --templates DIR --template-mmcif DIR` and train on it";
+    if (ds.cache_dir.empty()) {
+      std::cerr << "warning: model.templates is on, but " << cfg.data.dir
+                << " holds structure files, which carry no templates: the template embedder will see none (" << fix
+                << ")" << std::endl;
+      return;
+    }
+    const size_t n = ds.train.size(), looked = std::min<size_t>(n, 64);
+    size_t with = 0;
+    for (size_t k = 0; k < looked; ++k) {
+      try {
+        const auto e = ds.train[k * n / looked].get();
+        with += std::any_of(e->templates.begin(), e->templates.end(), [](const auto& t) { return !t.empty(); });
+      } catch (const std::exception&) {  // a damaged entry is named and replaced when it is drawn
+      }
+    }
+    say("templates: " + std::to_string(with) + " of " + std::to_string(looked) + " training entries looked at have some");
+    if (with == 0)
+      std::cerr << "warning: model.templates is on, but none of " << looked << " training entries of " << cfg.data.dir
+                << " has templates: the template embedder will see none (" << fix << ")" << std::endl;
+  }
 
   config::TrainConfig cfg;
   int data_rank = 0, data_world = 1;
@@ -351,12 +377,7 @@ Run::Run(const config::TrainConfig& cfg_in, const TrainOptions& opts) : cfg(cfg_
     say(os.str());
   }
   if (cfg.data.sampling == "af3") say(data::use_af3_sampling(ds, cfg.data.chain_clusters, quiet).describe());
-  // Structure files carry no template hits: only a feature cache built with --templates does.
-  if (cfg.model.templates.n_blocks > 0 && cfg.data.max_templates > 0 && ds.cache_dir.empty() && lead)
-    std::cerr << "warning: model.templates is on, but " << cfg.data.dir
-              << " holds structure files, which carry no templates: the template embedder will see none (build a "
-                 "feature cache with `megafold cache --templates DIR --template-mmcif DIR` and train on it)"
-              << std::endl;
+  if (cfg.model.templates.n_blocks > 0 && cfg.data.max_templates > 0 && lead) report_templates(ds);
 
   at::manual_seed(cfg.seed);  // parameter initialisation only; all later randomness is seeded
   model_ = model::MegaFold(cfg.model);
