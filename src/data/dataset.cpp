@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -15,9 +13,9 @@
 #include <numeric>
 #include <optional>
 #include <random>
-#include <thread>
 
 #include "core/check.h"
+#include "core/parallel.h"
 #include "data/cache.h"
 
 namespace megafold::data {
@@ -180,29 +178,18 @@ Dataset load_dataset(const std::string& dir, bool quiet, bool overfit, const std
     // depend on the thread count); progress every few seconds for large trees.
     std::vector<std::optional<Entry>> entries(paths.size());
     std::vector<std::string> errors(paths.size());
-    std::atomic<size_t> next{0}, done{0};
-    const auto t0 = std::chrono::steady_clock::now();
-    auto worker = [&](bool reporter) {
-      auto last = t0;
-      for (size_t i = next++; i < paths.size(); i = next++) {
-        try {
-          entries[i] = load_entry(paths[i]);
-        } catch (const std::exception& ex) {
-          errors[i] = ex.what();
-        }
-        ++done;
-        const auto now = std::chrono::steady_clock::now();
-        if (reporter && !quiet && now - last > std::chrono::seconds(5)) {
-          last = now;
-          std::cerr << "indexing " << dir << ": " << done << " / " << paths.size() << " files" << std::endl;
-        }
-      }
-    };
-    const size_t jobs = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<size_t>(paths.size(), 1));
-    std::vector<std::thread> threads;
-    for (size_t j = 1; j < jobs; ++j) threads.emplace_back(worker, false);
-    worker(true);
-    for (auto& t : threads) t.join();
+    parallel_for(
+        paths.size(),
+        [&](size_t i) {
+          try {
+            entries[i] = load_entry(paths[i]);
+          } catch (const std::exception& ex) {
+            errors[i] = ex.what();
+          }
+        },
+        [&](size_t done) {
+          if (!quiet) std::cerr << "indexing " << dir << ": " << done << " / " << paths.size() << " files" << std::endl;
+        });
     for (size_t i = 0; i < paths.size(); ++i) {
       if (!entries[i]) {
         skip(errors[i]);

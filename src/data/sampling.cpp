@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,11 +10,11 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/check.h"
+#include "core/parallel.h"
 #include "core/seed.h"
 #include "data/cache.h"
 
@@ -246,30 +244,19 @@ std::vector<EntryUnits> training_units(const Dataset& ds, bool quiet) {
   // The rest from the entries themselves, on every core; each result in its own slot, so the
   // order (hence the sample stream) does not depend on the thread count.
   std::vector<std::string> errors(ds.train.size());
-  std::atomic<size_t> next{0}, done{0};
-  const auto t0 = std::chrono::steady_clock::now();
-  auto worker = [&](bool reporter) {
-    auto last = t0;
-    for (size_t k = next++; k < missing.size(); k = next++) {
-      const size_t i = missing[k];
-      try {
-        units[i] = entry_units(*ds.train[i].get());
-      } catch (const std::exception& ex) {
-        errors[i] = ex.what();
-      }
-      ++done;
-      const auto now = std::chrono::steady_clock::now();
-      if (reporter && !quiet && now - last > std::chrono::seconds(5)) {
-        last = now;
-        std::cerr << "finding sampling units: " << done << " / " << missing.size() << " entries" << std::endl;
-      }
-    }
-  };
-  const size_t jobs = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<size_t>(missing.size(), 1));
-  std::vector<std::thread> threads;
-  for (size_t j = 1; j < jobs; ++j) threads.emplace_back(worker, false);
-  worker(true);
-  for (auto& t : threads) t.join();
+  parallel_for(
+      missing.size(),
+      [&](size_t k) {
+        const size_t i = missing[k];
+        try {
+          units[i] = entry_units(*ds.train[i].get());
+        } catch (const std::exception& ex) {
+          errors[i] = ex.what();
+        }
+      },
+      [&](size_t done) {
+        if (!quiet) std::cerr << "finding sampling units: " << done << " / " << missing.size() << " entries" << std::endl;
+      });
   std::vector<EntryUnits> out(units.size());
   for (size_t i = 0; i < units.size(); ++i) {
     if (units[i]) out[i] = std::move(*units[i]);
