@@ -446,7 +446,7 @@ std::map<std::string, std::vector<std::string>> files_by_entry(const std::string
 // `previous`: the inputs key the existing index records for this name ("" if none).
 Outcome cache_one(const std::string& path, const std::string& name, const CacheOptions& opts,
                   const std::vector<std::string>& msa_files, const std::vector<std::string>& template_files,
-                  const std::string& previous) {
+                  const std::string& previous, TemplateStructureCache& structures) {
   Outcome o;
   o.name = name;
   o.source = path;
@@ -487,7 +487,7 @@ Outcome cache_one(const std::string& path, const std::string& name, const CacheO
       o.warnings.push_back(w.rfind(path + ": ", 0) == 0 ? w.substr(path.size() + 2) : w);
     e.name = name;
     attach_msas(e, opts.msa, o.warnings);
-    attach_templates(e, opts.templates, o.warnings);
+    attach_templates(e, opts.templates, o.warnings, &structures);
     const std::string bytes = encode_entry(e);
     write_file_atomically(target, bytes);
     record(e, bytes);
@@ -592,6 +592,7 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
   std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};
   std::mutex progress_mutex;
+  TemplateStructureCache structures;  // shared: a template many entries' hits name is read once
   auto worker = [&] {
     for (size_t i = next++; i < paths.size(); i = next++) {
       if (outcomes[i].error.empty()) {
@@ -600,7 +601,7 @@ CacheSummary build_cache(const CacheOptions& opts, const std::function<void(int6
         const auto p = previous.find(names[i]);
         outcomes[i] = cache_one(paths[i], names[i], opts, m == msa_files.end() ? no_files : m->second,
                                 t == template_files.end() ? no_files : t->second,
-                                p == previous.end() ? std::string() : p->second);
+                                p == previous.end() ? std::string() : p->second, structures);
       }
       const int64_t d = ++done;
       if (progress) {

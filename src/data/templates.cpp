@@ -349,13 +349,6 @@ void chain_residues(const Entry& e, int c, std::vector<int8_t>& seq, std::vector
       seq.push_back(e.restype[i]), index.push_back(e.residue_index[i]);
 }
 
-// Template structures read for one entry, by PDB id, so that hits of several chains (and
-// several hits) on one structure read it once; a failed read is remembered as its reason.
-struct StructureCache {
-  std::map<std::string, std::shared_ptr<const TemplateStructure>> read;
-  std::map<std::string, std::string> failed;
-};
-
 // Why hits of one file were not used: a count and the first hit's description per reason.
 class Unusable {
  public:
@@ -390,7 +383,7 @@ std::string describe(const TemplateHit& h) { return "line " + std::to_string(h.l
 
 // Chain c's hits, filtered and made features (the header comment's rules), appended to `out`.
 TemplateCounts chain_templates(const Entry& e, int c, const TemplateHits& hits, const std::string& origin,
-                               const TemplateOptions& options, StructureCache& cache, std::vector<ChainTemplate>& out,
+                               const TemplateOptions& options, TemplateStructureCache& structures, std::vector<ChainTemplate>& out,
                                std::vector<std::string>& warnings) {
   TemplateCounts n;
   n.read = static_cast<int64_t>(hits.hits.size() + hits.malformed.size());
@@ -438,25 +431,13 @@ TemplateCounts chain_templates(const Entry& e, int c, const TemplateHits& hits, 
       ++n.self;
       continue;
     }
-    if (!cache.read.count(hit.pdb_id) && !cache.failed.count(hit.pdb_id)) {
-      const std::string path = find_template_mmcif(options.mmcif, hit.pdb_id);
-      if (path.empty()) {
-        const std::string mid = hit.pdb_id.substr(1, 2);
-        cache.failed[hit.pdb_id] = "no " + hit.pdb_id + ".cif or " + hit.pdb_id + ".cif.gz in " + options.mmcif +
-                                   " or " + (fs::path(options.mmcif) / mid).string();
-      } else {
-        try {
-          cache.read[hit.pdb_id] = std::make_shared<const TemplateStructure>(read_template_structure(path));
-        } catch (const std::exception& ex) {
-          cache.failed[hit.pdb_id] = ex.what();
-        }
-      }
-    }
-    if (const auto f = cache.failed.find(hit.pdb_id); f != cache.failed.end()) {
-      unusable.add("without a usable structure", describe(hit) + ": " + f->second);
+    std::string why;
+    const std::shared_ptr<const TemplateStructure> structure = structures.get(options.mmcif, hit.pdb_id, why);
+    if (!structure) {
+      unusable.add("without a usable structure", describe(hit) + ": " + why);
       continue;
     }
-    const TemplateStructure& st = *cache.read.at(hit.pdb_id);
+    const TemplateStructure& st = *structure;
     // Released on or before the maximum date, and before the entry was deposited.
     if (!options.max_release_date.empty() || !e.deposition_date.empty()) {
       if (st.release_date.empty()) {
@@ -599,13 +580,54 @@ std::string entry_pdb_id(const std::string& name) {
   return lower(name.substr(0, 4));
 }
 
-TemplateCounts attach_templates(Entry& e, const TemplateOptions& options, std::vector<std::string>& warnings) {
+std::shared_ptr<const TemplateStructure> TemplateStructureCache::get(const std::string& mmcif_dir,
+                                                                    const std::string& pdb_id, std::string& why) {
+  const std::string key = mmcif_dir + '/' + pdb_id;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = kept_.find(key); it != kept_.end()) {
+      used_.splice(used_.begin(), used_, it->second.age);
+      why = it->second.why;
+      return it->second.structure;
+    }
+  }
+  // Read outside the lock: parsing takes far longer than the lookups of the other threads.
+  Kept k;
+  const std::string path = find_template_mmcif(mmcif_dir, pdb_id);
+  if (path.empty()) {
+    k.why = "no " + pdb_id + ".cif or " + pdb_id + ".cif.gz in " + mmcif_dir + " or " +
+            (fs::path(mmcif_dir) / pdb_id.substr(1, 2)).string();
+  } else {
+    ++reads_;
+    try {
+      k.structure = std::make_shared<const TemplateStructure>(read_template_structure(path));
+    } catch (const std::exception& ex) {
+      k.why = ex.what();
+    }
+  }
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = kept_.find(key); it == kept_.end()) {
+    used_.push_front(key);
+    k.age = used_.begin();
+    kept_.emplace(key, k);
+    while (kept_.size() > std::max<size_t>(capacity_, 1)) {
+      kept_.erase(used_.back());
+      used_.pop_back();
+    }
+  }
+  why = k.why;
+  return k.structure;
+}
+
+TemplateCounts attach_templates(Entry& e, const TemplateOptions& options, std::vector<std::string>& warnings,
+                                TemplateStructureCache* shared) {
   if (!options.max_release_date.empty() && !is_release_date(options.max_release_date))
     throw Error("maximum template release date '" + options.max_release_date + "' is not YYYY-MM-DD");
   TemplateCounts total;
   if (options.hits.empty()) return total;
   if (e.templates.empty()) e.templates.assign(e.n_chains(), {});
-  StructureCache cache;
+  TemplateStructureCache own;  // one entry's hits: a structure several of them name is read once
+  TemplateStructureCache& structures = shared ? *shared : own;
   for (int c = 0; c < e.n_chains(); ++c) {
     if (e.chain_mol_type(c) != MolType::kProtein || !e.templates[c].empty()) continue;
     std::vector<std::string> files;
@@ -635,7 +657,7 @@ TemplateCounts attach_templates(Entry& e, const TemplateOptions& options, std::v
       warnings.push_back(std::string("templates not used: ") + ex.what());
       continue;
     }
-    const TemplateCounts n = chain_templates(e, c, hits, file, options, cache, e.templates[c], warnings);
+    const TemplateCounts n = chain_templates(e, c, hits, file, options, structures, e.templates[c], warnings);
     total.read += n.read, total.kept += n.kept, total.self += n.self, total.released_later += n.released_later;
     total.short_hits += n.short_hits, total.duplicates += n.duplicates, total.unusable += n.unusable;
   }

@@ -58,9 +58,14 @@
 //    protein chain of that id, template residues outside the chain, a template residue whose
 //    letter in the hit differs from the structure's (the numbering does not match), or no
 //    release date where a maximum date is given.
+#include <atomic>
 #include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace megafold::data {
@@ -157,6 +162,33 @@ struct TemplateOptions {
   std::string max_release_date;  // YYYY-MM-DD, "" = no date filter
 };
 
+// Template structures read while building a cache, shared by its worker threads, so that a
+// structure the hits of many entries name (lysozyme, a kinase domain) is parsed once rather
+// than once per entry: at most `capacity` structures (or failed reads, kept as their reason)
+// are held, the least recently used dropped first. Thread-safe; a structure two threads miss
+// at once may be read twice, and either copy is kept.
+inline constexpr size_t kTemplateStructuresKept = 4096;  // about 70 KB each for 1000 residues
+class TemplateStructureCache {
+ public:
+  explicit TemplateStructureCache(size_t capacity = kTemplateStructuresKept) : capacity_(capacity) {}
+  // The structure of PDB id `pdb_id` under `mmcif_dir` (find_template_mmcif), or nullptr with
+  // the reason in `why` (no file, or a file that cannot be read).
+  std::shared_ptr<const TemplateStructure> get(const std::string& mmcif_dir, const std::string& pdb_id, std::string& why);
+  size_t reads() const { return reads_; }  // files parsed so far
+
+ private:
+  struct Kept {
+    std::shared_ptr<const TemplateStructure> structure;  // null: the read failed
+    std::string why;
+    std::list<std::string>::iterator age;  // its place in used_, most recent first
+  };
+  size_t capacity_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Kept> kept_;  // by mmcif_dir + '/' + pdb_id
+  std::list<std::string> used_;
+  std::atomic<size_t> reads_{0};
+};
+
 // What attach_templates did with the hits it read (summed over the entry's chains).
 struct TemplateCounts {
   int64_t read = 0, kept = 0;
@@ -168,7 +200,10 @@ struct TemplateCounts {
 // protein chain's hit list in options.hits; chains without one, and other molecule types, get
 // none. Whatever cannot be used is counted and reported in `warnings`, one line per hit file
 // naming it (never fatal). Throws megafold::Error only for an invalid max_release_date.
-TemplateCounts attach_templates(Entry& e, const TemplateOptions& options, std::vector<std::string>& warnings);
+// structures: where template structures are looked up and kept (a cache build shares one
+// among its workers); null reads each one once for this entry.
+TemplateCounts attach_templates(Entry& e, const TemplateOptions& options, std::vector<std::string>& warnings,
+                                TemplateStructureCache* structures = nullptr);
 
 // The template named `name` of a chain of n_residues residues from an explicit alignment:
 // chain residue query[j] aligns to residue templ[j] of `chain` (both 0-based; AlphaFold 3 JSON's

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "core/check.h"
 #include "data/af3_json.h"
@@ -379,6 +380,43 @@ TEST(TemplateHits, HitRowsWithoutAQueryMustSpanTheChainsNumbering) {
   const Attached whole = attach(protein_entry("test", {kUbiquitin24}), "test_A.a3m",
                                 ">1ubq_A/1-20\n" + kUbiquitin24.substr(0, 20) + "----\n");
   EXPECT_EQ(whole.counts.kept, 1);
+}
+
+// The structures a cache build shares among its workers: each read once while kept, the least
+// recently used dropped past the capacity, a failed read remembered with its reason, and the
+// same answers from many threads at once.
+TEST(TemplateStructures, ACacheBuildReadsEachStructureOnceWhileKept) {
+  const TempDir dir;
+  for (const char* id : {"1ubq", "2ubq", "3ubq"}) dir.write(std::string(id) + ".cif", read_text(kTemplate));
+  TemplateStructureCache cache(2);
+  std::string why;
+  const auto a = cache.get(dir.str(), "1ubq", why);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(cache.get(dir.str(), "1ubq", why), a);  // kept: the same object, no second read
+  EXPECT_EQ(cache.reads(), 1u);
+  cache.get(dir.str(), "2ubq", why);
+  cache.get(dir.str(), "1ubq", why);  // 1ubq is now the most recently used
+  cache.get(dir.str(), "3ubq", why);  // drops 2ubq
+  EXPECT_EQ(cache.reads(), 3u);
+  EXPECT_EQ(cache.get(dir.str(), "1ubq", why), a);
+  cache.get(dir.str(), "2ubq", why);
+  EXPECT_EQ(cache.reads(), 4u);
+  EXPECT_EQ(cache.get(dir.str(), "9zzz", why), nullptr);
+  EXPECT_NE(why.find("no 9zzz.cif"), std::string::npos) << why;
+  // Many threads asking for the structures at once all get them; each is read at most once per thread.
+  TemplateStructureCache shared;
+  std::vector<std::thread> threads;
+  std::atomic<int> found{0};
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      std::string w;
+      for (int k = 0; k < 30; ++k)
+        found += shared.get(dir.str(), std::string(1, static_cast<char>('1' + k % 3)) + "ubq", w) != nullptr;
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(found.load(), 240);
+  EXPECT_GE(shared.reads(), 3u);
+  EXPECT_LE(shared.reads(), 24u);
 }
 
 TEST(TemplateHits, UnusableHitsAreCountedAndNamedOncePerFile) {
