@@ -35,13 +35,16 @@ def memory_table():
     modes = ["fast", "balanced", "frontier"]
     groups = {}
     for r in d["rows"]:
-        groups.setdefault((r["model"], r["n"]), {})[r["memory_mode"]] = r
+        # A row run with config overrides (frontier.py --set) is its own workload.
+        model = r["model"] + "".join(f" ({a})" for a in r.get("set", ()))
+        groups.setdefault((model, r["n"]), {})[r["memory_mode"]] = r
     lines = [f"`bench/results/frontier.json`, {d['gpu']}: step time (median after the first step) / peak GPU "
              "memory; + host: pinned host memory where it exceeds the GPU peak.", "",
              "| workload | N | " + " | ".join(modes) + " |", "|---|---|" + "---|" * len(modes)]
     order = {"trunk48": 0, "af3-full": 1}
     last = None
-    for (model, n), by_mode in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1])):
+    for (model, n), by_mode in sorted(groups.items(),
+                                      key=lambda kv: (order.get(kv[0][0].split(" ")[0], 9), kv[0][0], kv[0][1])):
         measured = [r for r in by_mode.values() if "error" not in r]
         # Bold the lowest peak: the memory mode that saves the most at this size.
         lowest = min(r["peak_gb"] for r in measured) if len(measured) > 1 else None

@@ -36,6 +36,7 @@ int fit_main(const std::vector<std::string>& argv) {
       {"steps", "K", "optimiser steps; the step time is the median after the first (default 3)"},
       {"data", "DIR", "bundled structures, for af3-full (default data/pdb)"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto)"},
+      set_option(),
       {"help", "", "show this help"},
   };
   const Args args(argv, specs);
@@ -59,8 +60,9 @@ int fit_main(const std::vector<std::string>& argv) {
   megafold::make_current(device);
 
   nlohmann::json row = {{"model", name}, {"n", n}, {"memory_mode", memory}, {"device", device.str()}};
+  if (!args.get_all("set").empty()) row["set"] = args.get_all("set");  // tells rows of one workload apart
   try {
-    Workload w = make_workload(name, n, memory, args.get("data").value_or("data/pdb"), device);
+    Workload w = make_workload(name, n, memory, args.get("data").value_or("data/pdb"), device, args.get_all("set"));
     row["plan"] = model::memory_plan(w.cfg.model).describe();
     row["inputs"] = w.inputs;
     row["parameters"] = w.parameters;

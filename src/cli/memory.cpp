@@ -90,6 +90,7 @@ int memory_main(const std::vector<std::string>& argv) {
       {"memory", "fast|balanced|frontier", "memory mode (default fast)"},
       {"data", "DIR", "bundled structures (default data/pdb)"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto)"},
+      set_option(),
       {"help", "", "show this help"},
   };
   const Args args(argv, specs);
@@ -108,11 +109,13 @@ int memory_main(const std::vector<std::string>& argv) {
   track_cpu_allocations();
   const c10::Device device = megafold::resolve_device(args.get("device").value_or("auto"));
   megafold::make_current(device);
-  Workload w = make_workload("af3-full", n, memory, args.get("data").value_or("data/pdb"), device);
+  Workload w = make_workload("af3-full", n, memory, args.get("data").value_or("data/pdb"), device, args.get_all("set"));
   model::MegaFoldImpl& m = **w.model;
   const data::Batch& batch = *w.batch;
   const model::ModelConfig& cfg = w.cfg.model;
-  Profiler prof(device, {{"crop", n}, {"memory_mode", memory}, {"device", device.str()}});
+  nlohmann::json base = {{"crop", n}, {"memory_mode", memory}, {"device", device.str()}};
+  if (!args.get_all("set").empty()) base["set"] = args.get_all("set");
+  Profiler prof(device, base);
   prof.print({{"module", "plan"}, {"plan", model::memory_plan(cfg).describe()}, {"inputs", w.inputs}});
 
   const at::Tensor pair_mask = batch.token_mask.unsqueeze(2) * batch.token_mask.unsqueeze(1);

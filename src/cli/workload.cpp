@@ -124,12 +124,13 @@ data::Batch whole_model_batch(const std::string& data_dir, int64_t n, int64_t ro
   return b;
 }
 
-Workload whole_model(int64_t n, const std::string& memory, const std::string& data_dir, const c10::Device& device) {
+Workload whole_model(int64_t n, const std::string& memory, const std::string& data_dir, const c10::Device& device,
+                     const std::vector<std::string>& assignments) {
   Workload w;
   w.name = "af3-full";
   w.n = n;
   w.device = device;
-  w.cfg = config::load_config("af3-full");
+  w.cfg = config::load_config("af3-full", assignments);
   w.cfg.model.memory = memory;
   w.cfg.data.crop_size = n;
   w.cfg.model.confidence.every = 1;
@@ -168,11 +169,14 @@ Workload whole_model(int64_t n, const std::string& memory, const std::string& da
 }  // namespace
 
 Workload make_workload(const std::string& name, int64_t n, const std::string& memory, const std::string& data_dir,
-                       const c10::Device& device) {
+                       const c10::Device& device, const std::vector<std::string>& assignments) {
   MF_CHECK(n >= 1, "--n must be >= 1, got ", n);
   model::parse_memory_mode(memory);  // names a bad mode before anything is built
-  if (name == "trunk48") return trunk48(n, memory, device);
-  if (name == "af3-full") return whole_model(n, memory, data_dir, device);
+  if (name == "trunk48") {
+    MF_CHECK(assignments.empty(), "--set changes the af3-full workload's config; trunk48 has none");
+    return trunk48(n, memory, device);
+  }
+  if (name == "af3-full") return whole_model(n, memory, data_dir, device, assignments);
   throw Error("--model must be trunk48 or af3-full, not '" + name + "'");
 }
 

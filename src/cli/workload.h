@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/features.h"
 #include "model/model.h"
@@ -40,7 +41,10 @@ struct Workload {
 };
 
 // name, tokens, memory mode; data_dir holds the bundled structures (af3-full).
+// assignments: "key=value" config overrides of af3-full (as `train --set`; e.g.
+// model.templates.n_blocks=0 for the model without templates), applied before the memory mode
+// and the crop, which --memory and --n set.
 Workload make_workload(const std::string& name, int64_t n, const std::string& memory, const std::string& data_dir,
-                       const c10::Device& device);
+                       const c10::Device& device, const std::vector<std::string>& assignments = {});
 
 }  // namespace megafold::cli
