@@ -31,8 +31,8 @@ at::Tensor unit(const at::Tensor& v) { return v / (v.square().sum(-1, true) + 1e
 }  // namespace
 
 at::Tensor template_pair_features(const data::Batch& batch, int64_t t, const TemplateConfig& cfg) {
-  const at::Tensor x = batch.template_coords.select(1, t).to(at::kFloat);  // [B, N, 4, 3]
-  const at::Tensor m = batch.template_mask.select(1, t).to(at::kFloat);    // [B, N, 4]
+  const at::Tensor x = at_least_float32(batch.template_coords.select(1, t));  // [B, N, 4, 3]
+  const at::Tensor m = batch.template_mask.select(1, t).to(x.scalar_type());   // [B, N, 4]
   const at::Tensor n = x.select(2, 0), ca = x.select(2, 1), c = x.select(2, 2), cb = x.select(2, 3);
   const at::Tensor pb = m.select(2, 3);                                    // [B, N]
   const at::Tensor frame = m.select(2, 0) * m.select(2, 1) * m.select(2, 2);
@@ -42,8 +42,8 @@ at::Tensor template_pair_features(const data::Batch& batch, int64_t t, const Tem
   const at::Tensor d = (cb.unsqueeze(2) - cb.unsqueeze(1)).square().sum(-1).sqrt();  // [B, N, N]
   const at::Tensor lower = at::linspace(cfg.distogram_min, cfg.distogram_max, cfg.distogram_bins, d.options());
   const at::Tensor bin = at::bucketize(d, lower) - 1;  // lower[k] < d <= lower[k + 1]
-  const at::Tensor dgram = at::one_hot(bin.clamp_min(0), cfg.distogram_bins).to(at::kFloat) *
-                           (bin >= 0).to(at::kFloat).unsqueeze(-1);
+  const at::Tensor dgram = at::one_hot(bin.clamp_min(0), cfg.distogram_bins).to(x.scalar_type()) *
+                           (bin >= 0).to(x.scalar_type()).unsqueeze(-1);
   // Frames (AF2 Alg. 21): e1 along C - CA, e2 the part of N - CA orthogonal to it, e3 = e1 x e2.
   const at::Tensor e1 = unit(c - ca);
   const at::Tensor v2 = n - ca;
@@ -55,7 +55,7 @@ at::Tensor template_pair_features(const data::Batch& batch, int64_t t, const Tem
   // 100-400 A from the origin) would lose a neighbour's 3.8 A to rounding.
   const at::Tensor ca_ij = ca.unsqueeze(1) - ca.unsqueeze(2);                    // [B, i, j, 3]
   const at::Tensor local = (axes.unsqueeze(2) * ca_ij.unsqueeze(3)).sum(-1);     // [B, i, j, 3]
-  const at::Tensor same_chain = (batch.asym_id.unsqueeze(2) == batch.asym_id.unsqueeze(1)).to(at::kFloat);
+  const at::Tensor same_chain = (batch.asym_id.unsqueeze(2) == batch.asym_id.unsqueeze(1)).to(x.scalar_type());
   return at::cat({dgram * pb_ij.unsqueeze(-1), frame_ij.unsqueeze(-1), unit(local) * frame_ij.unsqueeze(-1),
                   pb_ij.unsqueeze(-1)},
                  -1) *

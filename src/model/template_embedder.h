@@ -32,7 +32,8 @@ namespace megafold::model {
 // (3), pseudo-beta mask.
 inline int64_t template_pair_width(const TemplateConfig& cfg) { return cfg.distogram_bins + 5; }
 
-// AF3 SI Alg. 16 lines 1-4 for template slot t: [B, N, N, template_pair_width] float.
+// AF3 SI Alg. 16 lines 1-4 for template slot t: [B, N, N, template_pair_width], float (double
+// for double coordinates).
 //  - distogram: one-hot of the pseudo-beta (CB; CA for glycine) distance d_ij, bin k for
 //    lower_k < d <= lower_k+1 with lower = distogram_bins edges evenly from distogram_min to
 //    distogram_max (the last bin open-ended; below the first edge, no bin: AF2's dgram), times

@@ -1,6 +1,7 @@
 // The whole model on a GPU (skipped elsewhere), with the CUDA kernels and bf16 autocast as the
-// trainer runs them: a training step on a protein-DNA complex with an ion repeats its gradients
-// bit for bit. On a GPU every accumulation must be ordered for this (no floating-point atomics
+// trainer runs them: a training step on a protein-DNA complex with an ion (and templates)
+// repeats its gradients bit for bit; the template embedder is within the derived tolerance of
+// its float64 reference. On a GPU every accumulation must be ordered for this (no floating-point atomics
 // in any backward), including the atom layers' overlapping windows.
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
@@ -10,8 +11,11 @@
 
 #include "core/autocast.h"
 #include "data/features.h"
+#include "data/residue_constants.h"
 #include "data/structure.h"
 #include "model/model.h"
+#include "model/template_embedder.h"
+#include "ops/reference_mode.h"
 #include "testing.h"
 
 namespace megafold::model {
@@ -31,7 +35,16 @@ ModelConfig small_af3() {
   c.diffusion.samples = 4;
   c.confidence.n_blocks = 1;
   c.confidence.rollout_steps = 3;
+  c.templates.n_blocks = 1;
   return c;
+}
+
+// Two random templates over the batch's tokens (the bundled structures carry no template hits).
+void add_random_templates(data::Batch& b) {
+  const int64_t B = b.size(), N = b.n_tokens(), T = 2;
+  b.template_coords = at::randn({B, T, N, 4, 3}) * 10;
+  b.template_mask = (at::rand({B, T, N, 4}) < 0.8).to(at::kFloat);
+  b.template_restype = at::randint(0, data::kNumTokenTypes, {B, T, N}, at::kLong);
 }
 
 TEST(ModelCuda, TrainingStepGradientsAreBitwiseRepeatable) {
@@ -50,7 +63,9 @@ TEST(ModelCuda, TrainingStepGradientsAreBitwiseRepeatable) {
   // 1lcd: 51 residues of lac repressor, an 11-bp duplex and a sodium ion (~880 atoms, so
   // every atom sits in up to four overlapping key windows).
   const data::Entry e = data::load_entry(kData + "/1lcd.cif.gz");
-  const data::Batch b = data::make_batch({&e}, {{}}, 0).to(at::kCUDA);
+  data::Batch cpu = data::make_batch({&e}, {{}}, 0);
+  add_random_templates(cpu);
+  const data::Batch b = cpu.to(at::kCUDA);
   auto step = [&] {
     m->zero_grad(true);
     torch::manual_seed(3);  // the confidence head's rollout draws from the global generators
@@ -73,6 +88,55 @@ TEST(ModelCuda, TrainingStepGradientsAreBitwiseRepeatable) {
   // The step reaches every module: the atom encoder and decoder, the diffusion transformer,
   // the trunk and the confidence head all have gradients.
   EXPECT_GT(nonzero, static_cast<int64_t>(first.size()) * 3 / 4);
+}
+
+// The template embedder at AF3's widths (its triangle attention and multiplication on their
+// CUDA kernels), under bf16 autocast on the GPU, against the same module in float64 on the
+// CPU: output and z's gradient within the derived tolerance, the naive low-precision result
+// being the GPU's under bf16 autocast with every op on its ATen reference. Templates far from
+// the origin, as PDB coordinates are.
+TEST(TemplateEmbedderCuda, MatchesItsFloat64ReferenceUnderAutocast) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  fresh_seed();
+  ModelConfig cfg;
+  cfg.dropout = 0;
+  cfg.templates.n_blocks = 2;
+  TemplateEmbedder gpu(cfg), ref(cfg), naive(cfg);
+  randomise_parameters(*gpu, 0.1);
+  copy_state(*gpu, *ref);
+  copy_state(*gpu, *naive);
+  for (TemplateEmbedder* m : {&gpu, &ref, &naive}) (*m)->eval();
+  const data::Entry e = data::load_entry(kData + "/3u8v.cif.gz");
+  data::Batch b = data::make_batch({&e}, {{}}, 0);
+  add_random_templates(b);
+  b.template_coords = b.template_coords + at::tensor({120.f, -80.f, 260.f});
+  const int64_t N = b.n_tokens();
+  const at::Tensor z = at::randn({1, N, N, cfg.c_z});
+  const at::Tensor probe = at::randn({1, N, N, cfg.c_z});
+  auto run = [&](TemplateEmbedder& m, const data::Batch& batch, at::Tensor zin, bool autocast, at::DeviceType dev) {
+    zin = zin.clone().requires_grad_(true);
+    const at::Tensor pm = batch.token_mask.unsqueeze(2) * batch.token_mask.unsqueeze(1);
+    at::Tensor out;
+    {
+      const AutocastScope ac(dev, autocast, at::kBFloat16);
+      out = m->forward(batch, zin, pm.to(zin.scalar_type()), 0);
+    }
+    (out.to(at::kDouble) * probe.to(out.device()).to(at::kDouble)).sum().backward();
+    return std::make_pair(out.detach().to(at::kCPU).to(at::kDouble), zin.grad().to(at::kCPU).to(at::kDouble));
+  };
+  gpu->to(at::kCUDA);
+  ref->to(at::kDouble);
+  data::Batch b64 = b;
+  b64.template_coords = b.template_coords.to(at::kDouble);
+  const auto [out, dz] = run(gpu, b.to(at::kCUDA), z.to(at::kCUDA), true, at::kCUDA);
+  const auto [out64, dz64] = run(ref, b64, z.to(at::kDouble), false, at::kCPU);
+  naive->to(at::kCUDA);
+  ops::set_reference_only(true);
+  const auto [out_naive, dz_naive] = run(naive, b.to(at::kCUDA), z.to(at::kCUDA), true, at::kCUDA);
+  ops::set_reference_only(false);
+  expect_within_derived_tolerance(out - z.to(at::kDouble), out_naive - z.to(at::kDouble), out64 - z.to(at::kDouble),
+                                  1e-5 * (out64 - z.to(at::kDouble)).abs().max().item<double>(), "template update");
+  expect_within_derived_tolerance(dz, dz_naive, dz64, 1e-5 * dz64.abs().max().item<double>(), "dz");
 }
 
 }  // namespace
