@@ -15,6 +15,8 @@
 #                              Nsight Compute on the first COUNT kernels matching REGEX while
 #                              python3 SCRIPT ARGS runs (--lib is added); report in ncu_NAME.txt
 #   frontier ARGS, memory ARGS bench/frontier.py, bench/memory.py
+#   learning ARGS              bench/learning.py (--bin and --out given; e.g. the overfit
+#                              homodimer with --run "$OUT/run" so that a cut run resumes)
 set -uo pipefail
 OUT="${OUT:-/tmp/megafold-out}"
 mkdir -p "$OUT"
@@ -68,6 +70,9 @@ while [ $# -gt 0 ]; do
     memory)
       python3 bench/memory.py --bin "$bin" --out "$OUT/memory.json" "${args[@]}" 2> "$OUT/memory.log" \
         | tee -a "$OUT/memory_rows.jsonl" | cut -c1-240 ;;
+    learning)
+      python3 bench/learning.py --bin "$bin" --out "$OUT/learning.json" "${args[@]}" 2> "$OUT/learning.log" \
+        | tail -20 | cut -c1-300 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
