@@ -151,7 +151,16 @@ int predict_main(const std::vector<std::string>& argv) {
       if (!entry.msas.empty() && entry.msas[c].depth > 0)
         std::cout << "  chain " << entry.chain_ids[c] << ": MSA of " << entry.msas[c].depth << " rows" << std::endl;
   }
+  for (int c = 0; c < static_cast<int>(entry.templates.size()); ++c)
+    if (!entry.templates[c].empty())
+      std::cout << "  chain " << entry.chain_ids[c] << ": " << entry.templates[c].size() << " template(s)" << std::endl;
   infer::Predictor predictor(checkpoint, po);
+  const bool has_templates = std::any_of(entry.templates.begin(), entry.templates.end(),
+                                         [](const auto& t) { return !t.empty(); });
+  if (has_templates && (predictor.config().model.templates.n_blocks == 0 || predictor.config().data.max_templates == 0))
+    std::cerr << "warning: " << input << " gives templates, but the model of " << checkpoint
+              << " has no template embedder (model.templates.n_blocks or data.max_templates is 0): not used"
+              << std::endl;
   // AF3 JSON names its seeds; --seed overrides them.
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", seeds.empty() ? 0 : seeds.front()));
   if (seeds.size() > 1 && !args.has("seed"))

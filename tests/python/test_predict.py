@@ -14,7 +14,9 @@ CONFIG = {
               "diffusion": {"c_token": 16, "n_blocks": 1, "heads": 2, "fourier_dim": 16, "c_atom": 8,
                             "c_atompair": 4, "atom_blocks": 1, "atom_heads": 2, "samples": 2,
                             "sampler_steps": 4},
-              "confidence": {"n_blocks": 1, "rollout_steps": 2, "every": 1}},
+              "confidence": {"n_blocks": 1, "rollout_steps": 2, "every": 1},
+              "templates": {"n_blocks": 1, "c": 8, "tri_attn_heads": 1, "tri_attn_head_dim": 8,
+                            "tri_mul_hidden": 8}},
     "data": {"crop_size": 24, "val_crop_size": 24},
     "device": "cpu", "steps": 3, "log_every": 1, "val_every": 0, "checkpoint_every": 3, "threads": 1,
 }
@@ -166,6 +168,29 @@ def test_predict_alphafold3_json(megafold_bin, source_dir, checkpoint, tmp_path)
                 "--samples", "1", "--seed", "11")
     assert again.returncode == 0 and "modelSeeds" not in again.stderr
     assert json.loads((tmp_path / "again/complex_of_every_kind_1_summary.json").read_text())["seed"] == 11
+
+
+def test_predict_alphafold3_json_with_a_template(megafold_bin, source_dir, checkpoint, tmp_path):
+    """A protein's template (inline mmCIF, query and template indices) reaches the model; a model
+    told to show none says it is not used."""
+    template = (source_dir / "tests/fixtures/templates/1ubq.cif").read_text()
+    job = {"dialect": "alphafold3", "version": 2, "name": "ubq", "modelSeeds": [1],
+           "sequences": [{"protein": {
+               "id": "A", "sequence": "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG",
+               "templates": [{"mmcif": template, "queryIndices": list(range(24)),
+                              "templateIndices": list(range(24))}]}}]}
+    path = tmp_path / "ubq.json"
+    path.write_text(json.dumps(job))
+    r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", path, "--out", tmp_path / "out",
+            "--samples", "1")
+    assert r.returncode == 0, r.stderr
+    assert "chain A: 1 template(s)" in r.stdout
+    assert "not used" not in r.stderr
+    assert (tmp_path / "out/ubq_sample_0.cif").exists()
+    off = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", path, "--out", tmp_path / "off",
+              "--samples", "1", "--set", "data.max_templates=0")
+    assert off.returncode == 0, off.stderr
+    assert "gives templates, but the model" in off.stderr
 
 
 def test_eval_scores_a_directory_and_skips_bad_files(megafold_bin, source_dir, checkpoint, tmp_path):
