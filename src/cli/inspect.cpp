@@ -20,7 +20,7 @@ int inspect_main(const std::vector<std::string>& argv) {
   if (args.has("help") || !has_file) {
     std::cout << usage("inspect FILE",
                        "What the loader makes of a structure (.cif .pdb, optionally .gz), FASTA or AlphaFold 3 JSON file: chains, "
-                       "molecule types, tokens, resolved atoms, ligand components and bonds.",
+                       "molecule types, tokens, resolved atoms, MSA rows and templates per chain, ligand components and bonds.",
                        specs);
     return args.has("help") ? 0 : 2;
   }
@@ -36,11 +36,17 @@ int inspect_main(const std::vector<std::string>& argv) {
         resolved += e.atom_mask[static_cast<size_t>(i) * data::kMaxAtomsPerToken + a];
     }
     atoms += resolved;
+    // What the model is shown besides the sequence: the MSA's sequences (query first) and templates.
+    nlohmann::json templates = nlohmann::json::array();
+    if (c < static_cast<int>(e.templates.size()))
+      for (const data::ChainTemplate& t : e.templates[c]) templates.push_back(t.name);
     chains.push_back({{"asym_id", c},
                       {"chain", e.chain_ids[c]},
                       {"mol_type", std::string(data::mol_type_name(e.chain_mol_type(c)))},
                       {"tokens", tokens},
                       {"atoms", resolved},
+                      {"msa_rows", c < static_cast<int>(e.msas.size()) ? e.msas[c].depth : 0},
+                      {"templates", templates},
                       {"sequence", e.sequence(c)}});
   }
   std::string why, ccd = "none";
@@ -66,9 +72,12 @@ int inspect_main(const std::vector<std::string>& argv) {
   for (const auto& c : chains) {
     std::string seq = c["sequence"];
     if (seq.size() > 60) seq = seq.substr(0, 57) + "...";
+    std::string extra;
+    if (c["msa_rows"].get<int64_t>() > 0) extra += ", MSA of " + std::to_string(c["msa_rows"].get<int64_t>()) + " sequences";
+    if (!c["templates"].empty()) extra += ", " + std::to_string(c["templates"].size()) + " template(s)";
     std::cout << "  " << c["asym_id"].get<int>() << " chain " << c["chain"].get<std::string>() << "  "
               << c["mol_type"].get<std::string>() << "  " << c["tokens"].get<int64_t>() << " tokens, "
-              << c["atoms"].get<int64_t>() << " atoms  " << seq << "\n";
+              << c["atoms"].get<int64_t>() << " atoms" << extra << "  " << seq << "\n";
   }
   std::cout << "CCD: " << out["ccd"].get<std::string>() << "\n";
   return 0;

@@ -105,6 +105,7 @@ def test_inspect_reports_molecule_types_and_survives_a_bad_ccd_table(megafold_bi
     d = json.loads(r.stdout)
     assert [c["mol_type"] for c in d["chains"]] == ["dna", "dna", "protein", "ligand"]
     assert d["components"] == ["NA"]
+    assert all(c["msa_rows"] == 0 and c["templates"] == [] for c in d["chains"])  # a structure file has neither
     # A damaged table: proteins and nucleic acids still load, ligands are skipped by name.
     bad = tmp_path / "bad.mfccd"
     bad.write_bytes(b"not a table" * 10)

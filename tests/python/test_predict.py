@@ -181,6 +181,9 @@ def test_predict_alphafold3_json_with_a_template(megafold_bin, source_dir, check
                               "templateIndices": list(range(24))}]}}]}
     path = tmp_path / "ubq.json"
     path.write_text(json.dumps(job))
+    shown = run(megafold_bin, "inspect", path, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["chains"][0]["templates"] == ["1ubq_A"]
     r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", path, "--out", tmp_path / "out",
             "--samples", "1")
     assert r.returncode == 0, r.stderr
