@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <set>
@@ -16,6 +17,7 @@
 #include "infer/predictor.h"
 
 namespace megafold::cli {
+namespace fs = std::filesystem;
 namespace {
 
 // Residues of chain `asym`: a per-atom residue (a ligand, a modified residue) has one token per
@@ -105,7 +107,9 @@ int predict_main(const std::vector<std::string>& argv) {
       {"input", "FILE", "structure (.cif .pdb, optionally .gz: chains and numbering are kept, and the "
                         "prediction is scored against it), sequences (.fasta: one chain per record) or an "
                         "AlphaFold 3 job (.json, dialect alphafold3)"},
-      {"out", "DIR", "output folder: <name>_sample_<k>.cif per sample and <name>_summary.json"},
+      {"out", "DIR", "output folder, laid out as AlphaFold 3's: seed-<s>_sample-<k>/<name>_seed-<s>_sample-<k>_model.cif "
+                     "(and its confidences) per sample, the best-ranked one as <name>_model.cif, "
+                     "<name>_ranking_scores.csv, and <name>_summary.json"},
       {"msa", "DIR", "MSAs of the input's protein and RNA chains: DIR/<name>_<chain>.a3m (or .a3m.gz), as "
                      "'megafold cache --msa' reads them; chains without a file (or with an MSA in the AF3 JSON) "
                      "keep theirs or run single-sequence"},
@@ -175,7 +179,7 @@ int predict_main(const std::vector<std::string>& argv) {
            checkpoint, " holds weights that diverged (its run logged non-finite losses?); "
            "nothing was written. Use an earlier checkpoint of that run");
 
-  std::filesystem::create_directories(out);
+  fs::create_directories(out);
   data::Entry predicted = entry;
   predicted.atom_mask = infer::predicted_atom_mask(entry);
   const int64_t A = r.coords.size(1);
@@ -185,12 +189,21 @@ int predict_main(const std::vector<std::string>& argv) {
                       {"molecule", data::mol_type_name(entry.chain_mol_type(c))},
                       {"residues", residue_count(entry, c)}, {"sequence", entry.sequence(c)}});
   const nlohmann::json shared = r.pae.defined() ? shared_confidences(entry, predicted.atom_mask, r) : nlohmann::json();
+  // AlphaFold 3's output layout: each sample in seed-<s>_sample-<k>/ under names that carry the
+  // job, seed and sample, and the best-ranked sample's files again at the top as <name>_*.
+  const fs::path root(out);
+  const std::string seed_tag = "seed-" + std::to_string(seed);
+  std::vector<std::vector<std::pair<std::string, std::string>>> written(samples);  // per sample: (suffix, text)
   for (int64_t k = 0; k < samples; ++k) {
     const at::Tensor xyz = r.coords[k].contiguous();
     const std::vector<float> coords(xyz.data_ptr<float>(), xyz.data_ptr<float>() + A * 3);
     std::vector<float> b_factors;
     nlohmann::json row;
-    const std::string stem = entry.name + "_sample_" + std::to_string(k), file = stem + ".cif";
+    const std::string dir = seed_tag + "_sample-" + std::to_string(k);
+    const std::string stem = entry.name + "_" + dir;
+    const std::string file = (fs::path(dir) / (stem + "_model.cif")).string();
+    fs::create_directories(root / dir);
+    row["sample"] = k;
     row["file"] = file;
     if (r.plddt.defined()) {
       const at::Tensor pl = r.plddt[k].contiguous();
@@ -202,16 +215,18 @@ int predict_main(const std::vector<std::string>& argv) {
       row["lddt_all_atom"] = r.lddt_all[k];
     }
     if (r.pae.defined()) {
-      const nlohmann::json confidences = sample_confidences(shared, predicted.atom_mask, b_factors, r.pae[k]);
-      write_file_atomically((std::filesystem::path(out) / (stem + "_confidences.json")).string(),
-                            confidences.dump() + "\n");
       const nlohmann::json scores = summary_confidences(r, k);
-      write_file_atomically((std::filesystem::path(out) / (stem + "_summary_confidences.json")).string(),
-                            scores.dump(2) + "\n");
+      written[k].push_back({"_confidences.json",
+                            sample_confidences(shared, predicted.atom_mask, b_factors, r.pae[k]).dump() + "\n"});
+      written[k].push_back({"_summary_confidences.json", scores.dump(2) + "\n"});
       for (const char* key : {"ptm", "iptm", "fraction_disordered", "ranking_score", "has_clash"})
         row[key] = scores[key];
     }
-    data::write_mmcif(predicted, (std::filesystem::path(out) / file).string(), coords, b_factors);
+    data::write_mmcif(predicted, (root / file).string(), coords, b_factors);
+    std::ifstream model(root / file, std::ios::binary);
+    written[k].insert(written[k].begin(), {"_model.cif", std::string(std::istreambuf_iterator<char>(model), {})});
+    for (size_t f = 1; f < written[k].size(); ++f)
+      write_file_atomically((root / dir / (stem + written[k][f].first)).string(), written[k][f].second);
     rows.push_back(row);
     std::cout << "  " << file << ": " << row.dump() << std::endl;
   }
@@ -219,18 +234,23 @@ int predict_main(const std::vector<std::string>& argv) {
       {"input", input},        {"name", entry.name}, {"checkpoint", checkpoint}, {"checkpoint_step", predictor.step()},
       {"config", predictor.config().name}, {"seed", seed}, {"sampler_steps", predictor.config().model.diffusion.sampler_steps},
       {"ema_weights", po.ema}, {"chains", chains}, {"samples", rows}};
+  // Samples best first by ranking score, as AF3's ranking_scores.csv lists them (in sample order
+  // without a confidence head).
+  std::vector<int64_t> order(samples);
+  std::iota(order.begin(), order.end(), 0);
   if (r.ranking_score.defined()) {
-    // Samples best first by ranking score, as AF3's ranking_scores.csv lists them.
-    std::vector<int64_t> order(samples);
-    std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
       return r.ranking_score[a].item<double>() > r.ranking_score[b].item<double>();
     });
     summary["ranking"] = order;
-    std::string csv = "sample,ranking_score\n";
-    for (const int64_t k : order) csv += std::to_string(k) + "," + std::to_string(r.ranking_score[k].item<double>()) + "\n";
-    write_file_atomically((std::filesystem::path(out) / (entry.name + "_ranking_scores.csv")).string(), csv);
+    std::string csv = "seed,sample,ranking_score\n";
+    for (const int64_t k : order)
+      csv += std::to_string(seed) + "," + std::to_string(k) + "," + std::to_string(r.ranking_score[k].item<double>()) + "\n";
+    write_file_atomically((root / (entry.name + "_ranking_scores.csv")).string(), csv);
   }
+  for (const auto& [suffix, text] : written[order.front()])
+    write_file_atomically((root / (entry.name + suffix)).string(), text);
+  summary["top"] = entry.name + "_model.cif";
   const std::string summary_path = (std::filesystem::path(out) / (entry.name + "_summary.json")).string();
   write_file_atomically(summary_path, summary.dump(2) + "\n");
   std::cout << "wrote " << samples << " structure(s) and " << summary_path << std::endl;

@@ -40,6 +40,11 @@ def checkpoint(megafold_bin, source_dir, tmp_path_factory):
     return ckpt
 
 
+def sample_file(out, name, seed, k, suffix="_model.cif"):
+    """A sample's file in AlphaFold 3's output layout."""
+    return out / f"seed-{seed}_sample-{k}" / f"{name}_seed-{seed}_sample-{k}{suffix}"
+
+
 def atom_site(path):
     """Rows of the _atom_site loop as dicts (plain whitespace-separated values)."""
     lines = path.read_text().splitlines()
@@ -66,7 +71,12 @@ def test_predict_structure_keeps_chains_numbering_and_writes_plddt(megafold_bin,
     for row in summary["samples"]:
         assert 0 <= row["plddt_mean"] <= 100
         assert 0 <= row["lddt_ca"] <= 1 and 0 <= row["lddt_all_atom"] <= 1
-    atoms = atom_site(out / "1a8o_sample_0.cif")
+    # The best-ranked of the two is also the top-level model; the CSV lists both, best first.
+    best = summary["ranking"][0]
+    assert (out / "1a8o_model.cif").read_text() == sample_file(out, "1a8o", 3, best).read_text()
+    ranked = (out / "1a8o_ranking_scores.csv").read_text().splitlines()
+    assert [line.split(",")[:2] for line in ranked[1:]] == [["3", str(k)] for k in summary["ranking"]]
+    atoms = atom_site(sample_file(out, "1a8o", 3, 0))
     assert atoms[0]["group_PDB"] == "ATOM"
     assert {a["auth_asym_id"] for a in atoms} == {"A"}
     assert atoms[0]["auth_seq_id"] == "151" and atoms[0]["label_seq_id"] == "1"  # author numbering kept
@@ -75,10 +85,10 @@ def test_predict_structure_keeps_chains_numbering_and_writes_plddt(megafold_bin,
     again = tmp_path / "again"
     assert run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input",
                source_dir / "data/pdb/1a8o.cif.gz", "--out", again, "--samples", "2", "--seed", "3").returncode == 0
-    assert (again / "1a8o_sample_1.cif").read_text() == (out / "1a8o_sample_1.cif").read_text()
+    assert sample_file(again, "1a8o", 3, 1).read_text() == sample_file(out, "1a8o", 3, 1).read_text()
     ev = run(megafold_bin, "eval", "--checkpoint", checkpoint, "--data", out, "--out", tmp_path / "self.json")
     assert ev.returncode == 0, ev.stderr
-    assert json.loads((tmp_path / "self.json").read_text())["entries"] == 2
+    assert json.loads((tmp_path / "self.json").read_text())["entries"] == 3  # two samples and the top one
 
 
 def predict_fasta(megafold_bin, checkpoint, tmp_path, name, records, *options):
@@ -96,7 +106,7 @@ def test_predict_fasta(megafold_bin, checkpoint, tmp_path):
     summary = json.loads((out / "pair_summary.json").read_text())
     assert [c["id"] for c in summary["chains"]] == ["A", "B"]
     assert "lddt_ca" not in summary["samples"][0]  # no coordinates to score against
-    atoms = atom_site(out / "pair_sample_0.cif")
+    atoms = atom_site(sample_file(out, "pair", 0, 0))
     assert {a["auth_asym_id"] for a in atoms} == {"A", "B"}
     assert sum(1 for a in atoms if a["label_atom_id"] == "CA") == 14
 
@@ -124,20 +134,20 @@ def test_predict_fasta_with_dna_and_ligands(megafold_bin, checkpoint, tmp_path):
     chains = json.loads((out / "complex_summary.json").read_text())["chains"]
     assert [(c["label_asym_id"], c["molecule"], c["residues"]) for c in chains] == [
         ("A", "protein", 10), ("B", "dna", 5), ("C", "ligand", 2)]
-    atoms = atom_site(out / "complex_sample_0.cif")
+    atoms = atom_site(sample_file(out, "complex", 0, 0))
     het = [a for a in atoms if a["group_PDB"] == "HETATM"]
     assert sum(1 for a in het if a["label_comp_id"] == "ATP") == 31
     assert [a["type_symbol"] for a in het if a["label_comp_id"] == "MG"] == ["MG"]
     assert {a["label_comp_id"] for a in atoms if a["label_asym_id"] == "B"} == {"DA", "DC", "DG", "DT", "DN"}
     assert all(a["group_PDB"] == "ATOM" for a in atoms if a["label_asym_id"] in ("A", "B"))
     # AF3-style confidences: per written atom, per token (10 + 5 + 31 + 1 = 47), per chain pair.
-    conf = json.loads((out / "complex_sample_0_confidences.json").read_text())
+    conf = json.loads(sample_file(out, "complex", 0, 0, "_confidences.json").read_text())
     assert len(conf["atom_plddts"]) == len(conf["atom_chain_ids"]) == len(atoms)
     assert conf["token_chain_ids"] == ["A"] * 10 + ["B"] * 5 + ["C"] * 32
     pae = conf["pae"]
     assert len(pae) == 47 and all(len(row) == 47 and all(0 <= v <= 32 for v in row) for row in pae)
     assert all(0 <= v <= 1 for row in conf["contact_probs"] for v in row)
-    scores = json.loads((out / "complex_sample_0_summary_confidences.json").read_text())
+    scores = json.loads(sample_file(out, "complex", 0, 0, "_summary_confidences.json").read_text())
     assert 0 < scores["ptm"] <= 1 and 0 < scores["iptm"] <= 1 and scores["has_clash"] in (True, False)
     assert len(scores["chain_pair_iptm"]) == 3 and all(len(row) == 3 for row in scores["chain_pair_iptm"])
     assert scores["chain_ptm"] == [scores["chain_pair_iptm"][c][c] for c in range(3)]
@@ -148,7 +158,10 @@ def test_predict_fasta_with_dna_and_ligands(megafold_bin, checkpoint, tmp_path):
                                                     - (100 if scores["has_clash"] else 0))
     summary = json.loads((out / "complex_summary.json").read_text())
     assert summary["ranking"] == [0]
-    assert (out / "complex_ranking_scores.csv").read_text().splitlines()[0] == "sample,ranking_score"
+    assert (out / "complex_ranking_scores.csv").read_text().splitlines()[0] == "seed,sample,ranking_score"
+    # The best-ranked sample's files again at the top, as AlphaFold 3 lays them out.
+    for suffix in ("_model.cif", "_confidences.json", "_summary_confidences.json"):
+        assert (out / f"complex{suffix}").read_text() == sample_file(out, "complex", 0, 0, suffix).read_text()
 
 
 def test_predict_alphafold3_json(megafold_bin, source_dir, checkpoint, tmp_path):
@@ -161,7 +174,7 @@ def test_predict_alphafold3_json(megafold_bin, source_dir, checkpoint, tmp_path)
     summary = json.loads((out / "complex_of_every_kind_1_summary.json").read_text())
     assert summary["seed"] == 7
     assert [c["id"] for c in summary["chains"]][:6] == ["A", "B", "C", "D", "E", "F"]
-    atoms = atom_site(out / "complex_of_every_kind_1_sample_0.cif")
+    atoms = atom_site(sample_file(out, "complex_of_every_kind_1", 7, 0))
     assert {a["label_comp_id"] for a in atoms if a["auth_asym_id"] == "A"} >= {"SEP", "MET"}
     assert any(a["label_comp_id"] == "NAG" for a in atoms)
     again = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", job, "--out", tmp_path / "again",
@@ -189,7 +202,7 @@ def test_predict_alphafold3_json_with_a_template(megafold_bin, source_dir, check
     assert r.returncode == 0, r.stderr
     assert "chain A: 1 template(s)" in r.stdout
     assert "not used" not in r.stderr
-    assert (tmp_path / "out/ubq_sample_0.cif").exists()
+    assert sample_file(tmp_path / "out", "ubq", 1, 0).exists() and (tmp_path / "out/ubq_model.cif").exists()
     off = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", path, "--out", tmp_path / "off",
               "--samples", "1", "--set", "data.max_templates=0")
     assert off.returncode == 0, off.stderr
@@ -222,7 +235,7 @@ def test_predict_refuses_an_input_too_large_for_the_device(megafold_bin, checkpo
     r = run(megafold_bin, "predict", "--checkpoint", checkpoint, "--input", huge, "--out", tmp_path / "out")
     assert r.returncode == 1, r.stderr
     assert "huge: 880000 tokens need at least" in r.stderr and "are available" in r.stderr
-    assert not (tmp_path / "out" / "huge_sample_0.cif").exists()
+    assert not (tmp_path / "out" / "huge_model.cif").exists()
 
 
 def test_predict_errors_name_the_problem(megafold_bin, source_dir, checkpoint, tmp_path):
