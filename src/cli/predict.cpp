@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <set>
@@ -193,7 +192,10 @@ int predict_main(const std::vector<std::string>& argv) {
   // job, seed and sample, and the best-ranked sample's files again at the top as <name>_*.
   const fs::path root(out);
   const std::string seed_tag = "seed-" + std::to_string(seed);
-  std::vector<std::vector<std::pair<std::string, std::string>>> written(samples);  // per sample: (suffix, text)
+  // Per sample, what its model is written from and its confidence files (suffix, text), so that
+  // the best-ranked one is written again at the top without reading anything back.
+  std::vector<std::vector<float>> sample_coords(samples), sample_b_factors(samples);
+  std::vector<std::vector<std::pair<std::string, std::string>>> confidence_files(samples);
   for (int64_t k = 0; k < samples; ++k) {
     const at::Tensor xyz = r.coords[k].contiguous();
     const std::vector<float> coords(xyz.data_ptr<float>(), xyz.data_ptr<float>() + A * 3);
@@ -216,17 +218,17 @@ int predict_main(const std::vector<std::string>& argv) {
     }
     if (r.pae.defined()) {
       const nlohmann::json scores = summary_confidences(r, k);
-      written[k].push_back({"_confidences.json",
+      confidence_files[k].push_back({"_confidences.json",
                             sample_confidences(shared, predicted.atom_mask, b_factors, r.pae[k]).dump() + "\n"});
-      written[k].push_back({"_summary_confidences.json", scores.dump(2) + "\n"});
+      confidence_files[k].push_back({"_summary_confidences.json", scores.dump(2) + "\n"});
       for (const char* key : {"ptm", "iptm", "fraction_disordered", "ranking_score", "has_clash"})
         row[key] = scores[key];
     }
     data::write_mmcif(predicted, (root / file).string(), coords, b_factors);
-    std::ifstream model(root / file, std::ios::binary);
-    written[k].insert(written[k].begin(), {"_model.cif", std::string(std::istreambuf_iterator<char>(model), {})});
-    for (size_t f = 1; f < written[k].size(); ++f)
-      write_file_atomically((root / dir / (stem + written[k][f].first)).string(), written[k][f].second);
+    for (const auto& [suffix, text] : confidence_files[k])
+      write_file_atomically((root / dir / (stem + suffix)).string(), text);
+    sample_coords[k] = coords;
+    sample_b_factors[k] = std::move(b_factors);
     rows.push_back(row);
     std::cout << "  " << file << ": " << row.dump() << std::endl;
   }
@@ -248,7 +250,9 @@ int predict_main(const std::vector<std::string>& argv) {
       csv += std::to_string(seed) + "," + std::to_string(k) + "," + std::to_string(r.ranking_score[k].item<double>()) + "\n";
     write_file_atomically((root / (entry.name + "_ranking_scores.csv")).string(), csv);
   }
-  for (const auto& [suffix, text] : written[order.front()])
+  const int64_t best = order.front();
+  data::write_mmcif(predicted, (root / (entry.name + "_model.cif")).string(), sample_coords[best], sample_b_factors[best]);
+  for (const auto& [suffix, text] : confidence_files[best])
     write_file_atomically((root / (entry.name + suffix)).string(), text);
   summary["top"] = entry.name + "_model.cif";
   const std::string summary_path = (std::filesystem::path(out) / (entry.name + "_summary.json")).string();
