@@ -238,6 +238,15 @@ __device__ __forceinline__ void fence_registers(float (&r)[n]) {
 #pragma unroll
   for (int i = 0; i < n; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// The same for A fragments in registers: an asynchronous wgmma reads them after its issue, so
+// they stay live (and unchanged) until the wgmma_wait that follows.
+template <int m, int n>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[m][n]) {
+#pragma unroll
+  for (int i = 0; i < m; ++i)
+#pragma unroll
+    for (int k = 0; k < n; ++k) asm volatile("" : "+r"(r[i][k])::"memory");
+}
 
 // Shared-memory matrix descriptor of a tile of rows of kSwizzle bytes (64 or 128) in 8-row
 // groups 8 * kSwizzle bytes apart. K-major operands (the contraction runs along the row) and
@@ -309,6 +318,27 @@ __device__ __forceinline__ void wgmma_64x32_rs(float (&d)[16], const uint32_t (&
   if constexpr (kIsBf16<T>) MEGAFOLD_WGMMA_64x32_RS("bf16");
   else MEGAFOLD_WGMMA_64x32_RS("f16");
 #undef MEGAFOLD_WGMMA_64x32_RS
+}
+
+// D[64x64] (+)= A[64x16] B[16x64]: A from registers (the accumulator layout of a previous
+// product, packed to pairs), B from shared memory, K-major unless kTransB (MN-major).
+template <typename T, int kTransB = 0>
+__device__ __forceinline__ void wgmma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+#define MEGAFOLD_WGMMA_64x64_RS(TYPE)                                                                          \
+  asm volatile(                                                                                               \
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"                                                        \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                             \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "  \
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, acc, 1, 1, %38;\n}\n"       \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),        \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),            \
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),            \
+        "+f"(d[30]), "+f"(d[31])                                                                              \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB))
+  if constexpr (kIsBf16<T>) MEGAFOLD_WGMMA_64x64_RS("bf16");
+  else MEGAFOLD_WGMMA_64x64_RS("f16");
+#undef MEGAFOLD_WGMMA_64x64_RS
 }
 
 #endif  // MEGAFOLD_SM90A_DEVICE

@@ -32,7 +32,7 @@ struct LayerNormLinearParams {
   float* rstd;            // [M]
   // Backward.
   const void* dy;         // [M, N] contiguous
-  void* dx;               // [M, 128]
+  void* dx;               // [M, 128]; null: the weight gradients alone (a caller with its own dx)
   float* g_partial;       // [dw_chunks, N, 128] workspace
   float* db_partial;      // [dw_chunks, N] workspace
   float* g;               // [N, 128] workspace

@@ -555,7 +555,7 @@ void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream) {
     using Tin = decltype(tin);
     using T = decltype(t);
     if (!p.sm90) {
-      launch(dx_kernel<Tin, T>, dx_grid, kDxSmem, s, p);
+      if (p.dx != nullptr) launch(dx_kernel<Tin, T>, dx_grid, kDxSmem, s, p);
       launch(g_kernel<Tin, T>, g_grid, kGSmem, s, p, per / kStepM);
     }
     const auto blocks = static_cast<unsigned int>(std::min<int64_t>((p.N * kK + kBlockThreads - 1) / kBlockThreads, 1024));

@@ -534,7 +534,7 @@ void layernorm_linear_backward_wgmma(const LayerNormLinearParams& p, int64_t row
   dispatch_layernorm_linear(p, [&](auto tin, auto t) {
     using Tin = decltype(tin);
     using T = decltype(t);
-    launch("sm_90a dx kernel", tma_wgmma_dx_kernel<Tin, T>, dx_grid, Tr::kDxSmem, s, maps, p);
+    if (p.dx != nullptr) launch("sm_90a dx kernel", tma_wgmma_dx_kernel<Tin, T>, dx_grid, Tr::kDxSmem, s, maps, p);
     launch("sm_90a weight-gradient kernel", tma_wgmma_g_kernel<Tin, T>, g_grid, Tr::g_smem(sizeof(Tin)), s, maps, p,
            rows_per_chunk);
   });

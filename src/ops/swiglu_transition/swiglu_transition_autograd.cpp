@@ -1,7 +1,11 @@
 // CUDA bindings of the SwiGLU transition (AutogradCUDA and CUDA keys):
-//   swiglu_transition  the fused forward (swiglu_transition_mma.cu) for c = 128 / 384 with
-//                      16-bit products; backward recomputes a and b with the LayerNorm+Linear
-//                      kernel, and the swiglu backward pass gives the hidden layer with d ab.
+//   swiglu_transition  the fused forward for c = 128 / 384 with 16-bit products
+//                      (swiglu_transition_wgmma.cu for c = 128 on H100/H200,
+//                      swiglu_transition_mma.cu otherwise). Backward on H100/H200 at c = 128:
+//                      the fused backward kernel (dx, d ab and h), dw_out = dy^T h, and
+//                      layernorm_linear's weight-gradient kernels on d ab. Elsewhere it
+//                      recomputes a and b with the LayerNorm+Linear kernel, and the swiglu
+//                      backward pass gives the hidden layer with d ab.
 //   swiglu             16-bit ab through swiglu_gate.cu. Under autocast ab already comes in the
 //                      product dtype from the projection before it.
 // Anything else runs the ATen reference.
@@ -15,6 +19,7 @@
 #include "core/autocast.h"
 #include "ops/cuda_binding.h"
 #include "ops/layernorm_linear/layernorm_linear.h"
+#include "ops/layernorm_linear/layernorm_linear_cuda.h"
 #include "ops/swiglu_transition/swiglu_cuda.h"
 #include "ops/swiglu_transition/swiglu_transition.h"
 #include "ops/swiglu_transition/swiglu_transition_cuda.h"
@@ -87,12 +92,86 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     p.w_in = w_in_.data_ptr();
     p.w_out = w_out_.data_ptr();
     p.y = y.data_ptr();
+    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(x.device().index());
+    p.sm90 = cuda::swiglu_transition_use_sm90(p.c, prop->major, prop->minor);
     cuda::swiglu_transition_forward(p, current_stream(x));
     ctx->save_for_backward({x, ln_weight, ln_bias, w_in, w_out});
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(at::kCUDA);
     ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(at::kCUDA);
     ctx->saved_data["product"] = product;
+    ctx->saved_data["sm90"] = p.sm90;
     return {y};
+  }
+
+  // On H100/H200 at c = 128: one fused kernel gives dx, d ab and h from x and dy; then
+  // dw_out = dy^T h (in the product dtype, as the reference's linear differentiates) and
+  // layernorm_linear's weight-gradient kernels give dw_in, d ln_w and d ln_b from d ab.
+  static variable_list fused_backward(AutogradContext* ctx, const variable_list& saved, const at::Tensor& grad,
+                                      at::ScalarType type) {
+    const at::Tensor &x = saved[0], &ln_weight = saved[1], &ln_bias = saved[2], &w_in = saved[3], &w_out = saved[4];
+    const int64_t c = w_out.size(0), hidden = w_out.size(1), M = x.numel() / c;
+    const at::Tensor x_ = aligned_rows(x.scalar_type() == at::kFloat ? x : x.to(type));
+    const at::Tensor w_in_ = aligned_rows(w_in.to(type)), w_out_ = aligned_rows(w_out.to(type));
+    const at::Tensor ln_w = ln_weight.to(at::kFloat).contiguous(), ln_b = ln_bias.to(at::kFloat).contiguous();
+    const at::Tensor dy = aligned_rows(grad.to(type));  // [..., c]
+    const auto f32 = x.options().dtype(at::kFloat), t16 = x.options().dtype(type);
+    const at::Tensor dx = at::empty(x_.sizes(), x_.options());
+    const at::Tensor dab = at::empty({M, 2 * hidden}, t16), h = at::empty({M, hidden}, t16);
+    const at::Tensor mean = at::empty({M}, f32), rstd = at::empty({M}, f32);
+    cuda::SwigluTransitionBackwardParams bp{};
+    bp.f.x_dtype = kernel_dtype(x_.scalar_type());
+    bp.f.dtype = kernel_dtype(type);
+    bp.f.M = M, bp.f.c = c, bp.f.h = hidden;
+    bp.f.eps = static_cast<float>(kLayerNormEps);
+    bp.f.x = x_.data_ptr();
+    bp.f.ln_w = ln_w.data_ptr<float>();
+    bp.f.ln_b = ln_b.data_ptr<float>();
+    bp.f.w_in = w_in_.data_ptr();
+    bp.f.w_out = w_out_.data_ptr();
+    bp.f.sm90 = true;
+    bp.dy = dy.data_ptr();
+    bp.dx = dx.data_ptr();
+    bp.dab = dab.data_ptr();
+    bp.h = h.data_ptr();
+    bp.mean = mean.data_ptr<float>();
+    bp.rstd = rstd.data_ptr<float>();
+    const auto stream = current_stream(x);
+    cuda::swiglu_transition_backward_wgmma(bp, stream);
+    variable_list result(6);
+    if (ctx->needs_input_grad(4)) result[4] = at::matmul(dy.reshape({-1, c}).t(), h).to(w_out.scalar_type());
+    if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2) || ctx->needs_input_grad(3)) {
+      const int64_t N = 2 * hidden, K = c;
+      const int64_t chunks = cuda::layernorm_linear_dw_chunks(M, N);
+      const at::Tensor g_partial = at::empty({chunks, N, K}, f32), db_partial = at::empty({chunks, N}, f32);
+      const at::Tensor g = at::empty({N, K}, f32), dw = at::empty({N, K}, f32), db = at::empty({N}, f32);
+      const at::Tensor d_ln_w = at::empty({K}, f32), d_ln_b = at::empty({K}, f32);
+      cuda::LayerNormLinearParams p{};
+      p.x_dtype = bp.f.x_dtype;
+      p.dtype = bp.f.dtype;
+      p.M = M, p.N = N;
+      p.eps = bp.f.eps;
+      p.x = bp.f.x;
+      p.ln_w = bp.f.ln_w;
+      p.ln_b = bp.f.ln_b;
+      p.w = bp.f.w_in;
+      p.mean = bp.mean;
+      p.rstd = bp.rstd;
+      p.dy = bp.dab;
+      p.g_partial = g_partial.data_ptr<float>();
+      p.db_partial = db_partial.data_ptr<float>();
+      p.g = g.data_ptr<float>();
+      p.dw = dw.data_ptr<float>();
+      p.db = db.data_ptr<float>();
+      p.d_ln_w = d_ln_w.data_ptr<float>();
+      p.d_ln_b = d_ln_b.data_ptr<float>();
+      p.sm90 = true;  // c = 128 and N a multiple of 128 on this GPU: layernorm_linear_use_sm90 holds
+      cuda::layernorm_linear_backward(p, stream);
+      if (ctx->needs_input_grad(1)) result[1] = d_ln_w.to(ln_weight.scalar_type());
+      if (ctx->needs_input_grad(2)) result[2] = d_ln_b.to(ln_bias.scalar_type());
+      if (ctx->needs_input_grad(3)) result[3] = dw.to(w_in.scalar_type());
+    }
+    if (ctx->needs_input_grad(0)) result[0] = dx.to(x.scalar_type());
+    return result;
   }
 
   // ab = layernorm_linear(x) again, under the forward's autocast state so the same kernel
@@ -102,6 +181,11 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     const variable_list saved = ctx->get_saved_variables();
     const c10::cuda::CUDAGuard guard(saved[0].device());
     const auto type = static_cast<at::ScalarType>(ctx->saved_data["product"].toInt());
+    if (ctx->saved_data["sm90"].toBool()) {
+      const at::Tensor grad =
+          grad_out[0].defined() ? grad_out[0] : at::zeros(saved[0].sizes(), saved[0].options().dtype(type));
+      return fused_backward(ctx, saved, grad, type);
+    }
     variable_list in;
     for (size_t i = 0; i < 4; ++i) in.push_back(saved[i].detach().requires_grad_(ctx->needs_input_grad(i)));
     const at::Tensor& w_out = saved[4];

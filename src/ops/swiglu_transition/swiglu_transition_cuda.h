@@ -1,11 +1,13 @@
 #pragma once
-// The CUDA kernel's boundary for the fused forward of swiglu_transition
-// (swiglu_transition_mma.cu), for c = 128 (pair) and c = 384 (single):
+// The CUDA kernels' boundary for the fused swiglu_transition, for c = 128 (pair) and c = 384
+// (single):
 //   y = (silu(a) * b) @ w_out^T,  [a | b] = LayerNorm(x) @ w_in^T
-// One kernel per tile of rows: LayerNorm into shared memory, then the hidden width in chunks:
-// a and b of the chunk in registers, silu(a) * b to shared memory, and its product with the
-// chunk's columns of w_out added to the output accumulators. Neither a, b nor the hidden
-// h = silu(a) * b ever reach global memory; backward recomputes them (swiglu_transition_autograd.cpp).
+// Forward, one kernel per tile of rows: LayerNorm into shared memory, then the hidden width in
+// chunks: a and b of the chunk in registers, silu(a) * b, and its product with the chunk's
+// columns of w_out added to the output accumulators. Neither a, b nor the hidden
+// h = silu(a) * b ever reach global memory; backward recomputes them.
+// Kernels: swiglu_transition_mma.cu (sm_80 and later, both widths) and, for c = 128 on
+// H100/H200, swiglu_transition_wgmma.cu, which also has a fused backward (below).
 #include <cstdint>
 
 #include "ops/kernel_dtype.h"
@@ -28,8 +30,31 @@ struct SwigluTransitionParams {
   const void* w_in;    // [2h, c]: rows [0, h) give a, rows [h, 2h) give b
   const void* w_out;   // [c, h]
   void* y;             // [M, c]
+  bool sm90;           // run the sm_90a kernel (swiglu_transition_use_sm90); pointers 16-byte aligned
 };
 
 void swiglu_transition_forward(const SwigluTransitionParams& p, void* stream);
+
+// Whether the sm_90a kernels serve width c on a GPU of compute capability major.minor.
+bool swiglu_transition_use_sm90(int64_t c, int major, int minor);
+void swiglu_transition_forward_wgmma(const SwigluTransitionParams& p, void* stream);
+
+// The sm_90a fused backward (c = 128), one kernel per tile of rows: a and b again from the
+// LayerNorm'd rows, dh = dy @ w_out per chunk, and from them
+//   h = silu(a) * b,  da = dh * b * s * (1 + a (1 - s)),  db = dh * silu(a)   (s = sigmoid(a))
+// written out (16-bit) for the weight gradients, while dxhat' += [da | db] @ w_in[chunk]
+// accumulates on chip and ends in the LayerNorm backward: dx. The weight gradients follow as
+// reductions over rows outside the kernel: dw_out = dy^T h and, through layernorm_linear's
+// weight-gradient kernels, dw_in, d ln_w and d ln_b from d ab, x and the row statistics.
+struct SwigluTransitionBackwardParams {
+  SwigluTransitionParams f;  // the forward's inputs (f.y unused)
+  const void* dy;            // [M, c] 16-bit (dtype)
+  void* dx;                  // [M, c] in x's dtype
+  void* dab;                 // [M, 2h] 16-bit: rows (da | db)
+  void* h;                   // [M, h] 16-bit
+  float* mean;               // [M] LayerNorm statistics of x
+  float* rstd;               // [M]
+};
+void swiglu_transition_backward_wgmma(const SwigluTransitionBackwardParams& p, void* stream);
 
 }  // namespace megafold::ops::cuda

@@ -1,10 +1,12 @@
-// CUDA path of swiglu_transition (the fused forward for c = 128 / 384; backward through the
-// LayerNorm+Linear and swiglu kernels) against the float64 reference (runs on a GPU host;
-// skipped elsewhere): the update and every gradient (x, LayerNorm scale and shift, w_in, w_out)
-// at most ~2x as far from float64 as the reference in the same precision, for the pair
-// (c = 128, N^2 rows up to N = 384) and single (c = 384) widths under autocast, 16-bit inputs,
-// constant rows (zero variance), and hidden widths the fused kernel does not take; repeated
-// backward bitwise equal. The forward's extra memory stays below half the hidden layer's size.
+// CUDA path of swiglu_transition (the fused forward for c = 128 / 384; on H100/H200 the fused
+// backward for c = 128, elsewhere backward through the LayerNorm+Linear and swiglu kernels)
+// against the float64 reference (runs on a GPU host; skipped elsewhere): the update and every
+// gradient (x, LayerNorm scale and shift, w_in, w_out) at most ~2x as far from float64 as the
+// reference in the same precision, for the pair (c = 128, N^2 rows up to N = 384) and single
+// (c = 384) widths under autocast, 16-bit inputs, constant rows (zero variance), one- and
+// three-chunk hidden widths, and hidden widths the fused kernels do not take; repeated
+// backward bitwise equal; the portable kernels likewise on a GPU that has sm_90a ones. The
+// forward's extra memory stays below half the hidden layer's size.
 #include <ATen/Context.h>
 
 #include "core/autocast.h"
@@ -69,6 +71,22 @@ TEST_F(SwigluTransitionCuda, PairAndSingleWidthsUnderAutocast) {
   for (int64_t n : {1, 37, 131, 384}) check_case({n * n, 128, 512, at::kFloat});
   check_case({509, 384, 1536, at::kFloat});
   check_case({1, 384, 1536, at::kFloat});
+}
+
+TEST_F(SwigluTransitionCuda, OneAndThreeChunkHiddenWidths) {
+  check_case({131, 128, 64, at::kFloat});
+  check_case({37 * 37, 128, 192, at::kBFloat16});
+}
+
+// The portable (mma.sync, sm_80+) kernels on a GPU that has its own (an H100/H200 runs the
+// sm_90a ones): what A100/L40S/RTX users run.
+TEST_F(SwigluTransitionCuda, PortableKernels) {
+  struct Portable {
+    Portable() { set_portable_kernels_only(true); }
+    ~Portable() { set_portable_kernels_only(false); }
+  } portable;
+  check_case({131 * 131, 128, 512, at::kFloat});
+  check_case({37 * 37, 128, 192, at::kBFloat16});
 }
 
 TEST_F(SwigluTransitionCuda, SixteenBitInputsAndUnfusedWidths) {

@@ -232,6 +232,7 @@ void launch_width(const SwigluTransitionParams& p, cudaStream_t stream) {
 
 void swiglu_transition_forward(const SwigluTransitionParams& p, void* stream) {
   if (p.M == 0) return;
+  if (p.sm90) return swiglu_transition_forward_wgmma(p, stream);
   const auto s = static_cast<cudaStream_t>(stream);
   const bool x_float = p.x_dtype == DType::kFloat32;
   if (p.dtype == DType::kBFloat16) {

@@ -1,0 +1,515 @@
+// SwiGLU transition for Hopper (sm_90a), c = 128: the fused forward and the fused backward on
+// wgmma over weight tiles that TMA brings from L2 (see swiglu_transition_cuda.h for the maths,
+// swiglu_transition_mma.cu for the sm_80 kernel).
+//
+// Both kernels: a block of 128 rows, two warpgroups of 64 rows each and no producer warp:
+// thread 0 keeps a ring of weight slots filled. A slot holds one chunk of 64 hidden features:
+// w_in's a rows and b rows (64 x 128 each) and w_out's columns (128 x 64), six 8 KB panels.
+//   forward   LayerNorm in registers, the rows in shared memory as the A operand; per chunk
+//             a, b = A w_in[chunk]^T (m64n64k16 x 16), h = silu(a) * b packed to 16-bit A
+//             fragments in registers, y += h w_out[:, chunk]^T (m64n64k16 from registers x 8).
+//             The next chunk's a, b are issued together with this chunk's y product, so the
+//             tensor cores hold work while the warpgroup computes its next gate (and the other
+//             warpgroup covers the rest). y leaves through the A tile and TMA stores.
+//   backward  the same rows, and dy by TMA; per chunk a, b and dh = dy w_out[:, chunk] (w_out's
+//             panels read MN-major), then h, da and db in registers: they leave through
+//             staging tiles and TMA stores for the weight gradients, while
+//             dxhat' += [da | db] w_in[chunk] accumulates on chip (A from registers, w_in's
+//             panels read MN-major) and ends in the LayerNorm backward: dx.
+// Why: the mma.sync kernel ran at ~165 TFLOP/s, and the backward it left to the unfused ops
+// wrote and re-read the 2h-wide projection, dh and d ab once more each. Notes:
+// bench/notes/fused_ops.md.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/hopper.cuh"
+#include "core/mma.cuh"
+#include "ops/hopper/sm90.h"
+#include "ops/launch.cuh"
+#include "ops/swiglu_transition/swiglu_transition_cuda.h"
+
+namespace megafold::ops::cuda {
+namespace {
+
+// Tile choices (c = 128, 16-bit products).
+struct Traits {
+  static constexpr int kC = 128;
+  static constexpr int kChunk = 64;  // hidden features per step
+  static constexpr int kWarpgroups = 2;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kBlockRows = 64 * kWarpgroups;
+  // A panel: 64 rows of 128 bytes (64 16-bit values) in the 128-byte swizzle, 8 KB.
+  static constexpr int kPanel = 64 * 128;
+  // Slot panels: w_in a rows (columns 0..63, 64..127), b rows (likewise), w_out rows 0..63,
+  // 64..127 (the chunk's 64 columns).
+  static constexpr int kSlotPanels = 6;
+  static constexpr int kSlot = kSlotPanels * kPanel;
+  // Forward: the LayerNorm'd rows (two panels per warpgroup, later the output staging) and
+  // three slots (176 KB): one block per SM, its two warpgroups overlapping each other.
+  static constexpr int kForwardStages = 3;
+  static constexpr int kForwardSmem = kWarpgroups * 2 * kPanel + kForwardStages * kSlot + 1024;
+  // Backward: the rows, dy (two panels each per warpgroup), staging for h, da, db (three
+  // panels per warpgroup) and two slots: 208 KB.
+  static constexpr int kBackwardStages = 2;
+  static constexpr int kBackwardSmem = kWarpgroups * 7 * kPanel + kBackwardStages * kSlot + 1024;
+  static_assert(kForwardSmem <= 227 * 1024 && kBackwardSmem <= 227 * 1024, "shared memory per block");
+};
+using Tr = Traits;
+
+struct Maps {
+  CUtensorMap w_in;   // [2h, 128], boxes 64 rows x 64 columns
+  CUtensorMap w_out;  // [128, h], boxes 64 rows x 64 columns
+  CUtensorMap y;      // forward: [M, 128] output; backward: dy. Boxes 64 x 64
+  CUtensorMap h;      // backward: [M, h] 16-bit hidden layer
+  CUtensorMap dab;    // backward: [M, 2h] 16-bit d ab
+};
+
+#if defined(MEGAFOLD_SM90A_DEVICE)
+using namespace megafold::hopper;
+using mma::load2;
+using mma::load4;
+using mma::pack2;
+
+// Byte offset of the 8-byte piece `piece` (0..15) of row r in a 128-byte-swizzled panel.
+__device__ __forceinline__ int swizzled(int r, int piece) { return r * 128 + (((piece / 2) ^ (r % 8)) * 16) + (piece % 2) * 8; }
+
+// Byte offset of accumulator chunk c (columns 8c..8c+7), bytes 4t..4t+3, of row r.
+__device__ __forceinline__ int swizzled_pair(int r, int c, int t) { return r * 128 + ((c ^ (r % 8)) * 16) + 4 * t; }
+
+__device__ __forceinline__ float sigmoid(float a) { return 1.f / (1.f + __expf(-a)); }
+
+// Issues the copies of hidden chunk j's weights into `slot` (completing on `bar`).
+__device__ __forceinline__ void load_weights(unsigned char* slot, const Maps& maps, uint64_t* bar, int64_t h, int j) {
+  const int a_row = j * Tr::kChunk, b_row = static_cast<int>(h) + j * Tr::kChunk;
+  tma_load_2d(slot + 0 * Tr::kPanel, &maps.w_in, bar, 0, a_row);
+  tma_load_2d(slot + 1 * Tr::kPanel, &maps.w_in, bar, 64, a_row);
+  tma_load_2d(slot + 2 * Tr::kPanel, &maps.w_in, bar, 0, b_row);
+  tma_load_2d(slot + 3 * Tr::kPanel, &maps.w_in, bar, 64, b_row);
+  tma_load_2d(slot + 4 * Tr::kPanel, &maps.w_out, bar, j * Tr::kChunk, 0);
+  tma_load_2d(slot + 5 * Tr::kPanel, &maps.w_out, bar, j * Tr::kChunk, 64);
+}
+
+// LayerNorm of the warpgroup's 64 rows from row0 into its two-panel A tile, (x - mean) * rstd
+// * ln_w + ln_b rounded to T: warp w (0..3) rows 16 w .. +15 in two passes of 8 (loads first),
+// lane columns 4 lane .. +3. Rows past M are zeros. With `stats`, each row's mean and rstd go
+// to stats[r] and stats[64 + r] and to the global row statistics.
+template <typename Tin, typename T>
+__device__ __forceinline__ void layer_norm_rows(unsigned char* a_tile, const SwigluTransitionParams& p, int64_t row0,
+                                                float* stats, float* mean_out, float* rstd_out) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const Tin* x = static_cast<const Tin*>(p.x);
+  const float4 gw = *reinterpret_cast<const float4*>(p.ln_w + 4 * lane);
+  const float4 gb = *reinterpret_cast<const float4*>(p.ln_b + 4 * lane);
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    float4 v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t row = row0 + 16 * warp + 8 * pass + i;
+      v[i] = row < p.M ? load4(x + row * Tr::kC + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = 16 * warp + 8 * pass + i;
+      const float mean = mma::warp_sum(v[i].x + v[i].y + v[i].z + v[i].w) * (1.f / Tr::kC);
+      const float d0 = v[i].x - mean, d1 = v[i].y - mean, d2 = v[i].z - mean, d3 = v[i].w - mean;
+      const float rstd = rsqrtf(mma::warp_sum(d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3) * (1.f / Tr::kC) + p.eps);
+      *reinterpret_cast<uint2*>(a_tile + (lane / 16) * Tr::kPanel + swizzled(r, lane % 16)) =
+          make_uint2(pack2<T>(d0 * rstd * gw.x + gb.x, d1 * rstd * gw.y + gb.y),
+                     pack2<T>(d2 * rstd * gw.z + gb.z, d3 * rstd * gw.w + gb.w));
+      if (stats != nullptr && lane == 0) {
+        stats[r] = mean;
+        stats[64 + r] = rstd;
+        if (row0 + r < p.M) mean_out[row0 + r] = mean, rstd_out[row0 + r] = rstd;
+      }
+    }
+  }
+}
+
+// acc_a, acc_b (+)= A w_in[chunk]^T: the A tile's two panels times the slot's a and b panels,
+// K-major both. Issued after a wgmma_fence, not committed.
+template <typename T>
+__device__ __forceinline__ void issue_projection(float (&acc_a)[32], float (&acc_b)[32], uint64_t a_lo, uint64_t a_hi,
+                                                 const unsigned char* slot) {
+  const uint64_t wa_lo = smem_desc<128>(slot), wa_hi = smem_desc<128>(slot + Tr::kPanel);
+  const uint64_t wb_lo = smem_desc<128>(slot + 2 * Tr::kPanel), wb_hi = smem_desc<128>(slot + 3 * Tr::kPanel);
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+    const uint32_t off = 32 * (ks % 4);
+    const uint64_t a = desc_add(ks < 4 ? a_lo : a_hi, off);
+    wgmma_64x64_ss<T>(acc_a, a, desc_add(ks < 4 ? wa_lo : wa_hi, off), ks > 0);
+    wgmma_64x64_ss<T>(acc_b, a, desc_add(ks < 4 ? wb_lo : wb_hi, off), ks > 0);
+  }
+}
+
+// Element i of an m64n64 accumulator as part of the A fragments of its 16-column k-steps.
+template <typename T>
+__device__ __forceinline__ void to_fragment(uint32_t (&f)[4][4], int i, float lo, float hi) {
+  f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2] = pack2<T>(lo, hi);
+}
+#endif
+
+template <typename Tin, typename T>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    tma_wgmma_forward_kernel(const __grid_constant__ Maps maps, const SwigluTransitionParams p) {
+#if defined(MEGAFOLD_SM90A_DEVICE)
+  extern __shared__ unsigned char raw[];
+  __shared__ Ring<Tr::kForwardStages> ring;
+  unsigned char* a_s = aligned_1024(raw);                       // [warpgroup][2 panels]
+  unsigned char* slots = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;  // [slot][6 panels]
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows + wg * 64;
+  const int chunks = static_cast<int>(p.h / Tr::kChunk);
+  if (threadIdx.x == 0) {
+    ring.init(Tr::kThreads);
+    barrier_init_fence();
+  }
+  __syncthreads();
+  auto load = [&](int j) {
+    const int s = ring.acquire(j, Tr::kSlot);
+    load_weights(slots + s * Tr::kSlot, maps, ring.filled(s), p.h, j);
+  };
+  if (threadIdx.x == 0)
+    for (int j = 0; j < Tr::kForwardStages && j < chunks; ++j) load(j);
+
+  unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
+  layer_norm_rows<Tin, T>(a_tile, p, row0, nullptr, nullptr, nullptr);
+  fence_async_shared();  // wgmma reads the tile through the async proxy
+  named_barrier(1 + wg, 128);
+
+  const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
+  float acc_a[32], acc_b[32], y[2][32];
+  uint32_t hf[4][4];
+  // (acc_a, acc_b zeroed too: ptxas fences registers it sees defined nowhere, C7519.)
+#pragma unroll
+  for (int i = 0; i < 32; ++i) y[0][i] = y[1][i] = acc_a[i] = acc_b[i] = 0.f;
+  // h = silu(a) * b of the chunk in acc_a, acc_b, as A fragments.
+  auto gate = [&] {
+#pragma unroll
+    for (int i = 0; i < 32; i += 2)
+      to_fragment<T>(hf, i, acc_a[i] * sigmoid(acc_a[i]) * acc_b[i], acc_a[i + 1] * sigmoid(acc_a[i + 1]) * acc_b[i + 1]);
+    fence_registers(acc_a);
+    fence_registers(acc_b);
+    fence_registers(y[0]);
+    fence_registers(y[1]);
+  };
+  // y += h w_out[:, chunk]^T with the chunk's w_out panels (rows 64 nh .., K-major).
+  auto issue_down = [&](const unsigned char* slot) {
+#pragma unroll
+    for (int nh = 0; nh < 2; ++nh) {
+      const uint64_t b = smem_desc<128>(slot + (4 + nh) * Tr::kPanel);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) wgmma_64x64_rs<T>(y[nh], hf[ks], desc_add(b, 32 * ks), true);
+    }
+  };
+  auto finish = [&](int j) {
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(hf);
+    fence_registers(acc_a);
+    fence_registers(acc_b);
+    fence_registers(y[0]);
+    fence_registers(y[1]);
+    ring.release(j % Tr::kForwardStages);
+    if (threadIdx.x == 0 && j + Tr::kForwardStages < chunks) load(j + Tr::kForwardStages);
+  };
+  wgmma_fence();
+  issue_projection<T>(acc_a, acc_b, a_lo, a_hi, slots + ring.wait(0) * Tr::kSlot);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(acc_a);
+  fence_registers(acc_b);
+  // Chunk j's y product goes out together with chunk j + 1's projections; the last chunk's
+  // alone (no wgmma under a branch: ptxas would serialise them all, C7520).
+  for (int j = 0; j + 1 < chunks; ++j) {
+    gate();
+    const unsigned char* next = slots + ring.wait(j + 1) * Tr::kSlot;
+    wgmma_fence();
+    issue_down(slots + (j % Tr::kForwardStages) * Tr::kSlot);
+    issue_projection<T>(acc_a, acc_b, a_lo, a_hi, next);
+    finish(j);
+  }
+  gate();
+  wgmma_fence();
+  issue_down(slots + ((chunks - 1) % Tr::kForwardStages) * Tr::kSlot);
+  finish(chunks - 1);
+
+  // y through the A tile (its last reader has completed) and two TMA stores of 64 x 64.
+#pragma unroll
+  for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        *reinterpret_cast<uint32_t*>(a_tile + nh * Tr::kPanel + swizzled_pair(16 * warp + g + 8 * hh, c, t)) =
+            pack2<T>(y[nh][4 * c + 2 * hh], y[nh][4 * c + 2 * hh + 1]);
+  fence_async_shared();
+  named_barrier(1 + wg, 128);
+  if (threadIdx.x % 128 == 0) {
+    tma_store_2d(&maps.y, a_tile, 0, static_cast<int>(row0));
+    tma_store_2d(&maps.y, a_tile + Tr::kPanel, 64, static_cast<int>(row0));
+    tma_store_commit();
+    tma_store_wait_all();
+  }
+#endif
+}
+
+template <typename Tin, typename T>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    tma_wgmma_backward_kernel(const __grid_constant__ Maps maps, const SwigluTransitionBackwardParams bp) {
+#if defined(MEGAFOLD_SM90A_DEVICE)
+  const SwigluTransitionParams& p = bp.f;
+  extern __shared__ unsigned char raw[];
+  __shared__ Ring<Tr::kBackwardStages> ring;
+  __shared__ uint64_t dy_full;
+  __shared__ float stats[Tr::kWarpgroups][128];  // per warpgroup: mean of rows 0..63, then rstd
+  unsigned char* a_s = aligned_1024(raw);                            // [warpgroup][2 panels]
+  unsigned char* dy_s = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;      // [warpgroup][2 panels]
+  unsigned char* st_s = dy_s + Tr::kWarpgroups * 2 * Tr::kPanel;     // [warpgroup][h, da, db]
+  unsigned char* slots = st_s + Tr::kWarpgroups * 3 * Tr::kPanel;    // [slot][6 panels]
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const bool leader = threadIdx.x % 128 == 0;
+  const int64_t block_row = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows;
+  const int64_t row0 = block_row + wg * 64;
+  const int chunks = static_cast<int>(p.h / Tr::kChunk);
+  if (threadIdx.x == 0) {
+    ring.init(Tr::kThreads);
+    barrier_init(&dy_full, 1);
+    barrier_init_fence();
+  }
+  __syncthreads();
+  auto load = [&](int j) {
+    const int s = ring.acquire(j, Tr::kSlot);
+    load_weights(slots + s * Tr::kSlot, maps, ring.filled(s), p.h, j);
+  };
+  if (threadIdx.x == 0) {
+    barrier_expect_bytes(&dy_full, Tr::kWarpgroups * 2 * Tr::kPanel);
+    for (int w = 0; w < Tr::kWarpgroups; ++w)
+      for (int half = 0; half < 2; ++half)
+        tma_load_2d(dy_s + (2 * w + half) * Tr::kPanel, &maps.y, &dy_full, 64 * half, static_cast<int>(block_row + 64 * w));
+    for (int j = 0; j < Tr::kBackwardStages && j < chunks; ++j) load(j);
+  }
+
+  unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
+  float* st = stats[wg];
+  layer_norm_rows<Tin, T>(a_tile, p, row0, st, bp.mean, bp.rstd);
+  fence_async_shared();
+  named_barrier(1 + wg, 128);
+  barrier_wait(&dy_full, 0);
+
+  const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
+  const unsigned char* dy_tile = dy_s + wg * 2 * Tr::kPanel;
+  const uint64_t dy_lo = smem_desc<128>(dy_tile), dy_hi = smem_desc<128>(dy_tile + Tr::kPanel);
+  unsigned char* staging = st_s + wg * 3 * Tr::kPanel;  // h, da, db of the chunk
+  // dx_acc[nh] = dxhat' columns 64 nh .. +63.
+  float acc_a[32], acc_b[32], acc_dh[32], dx_acc[2][32];
+  uint32_t da_f[4][4], db_f[4][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dx_acc[0][i] = dx_acc[1][i] = acc_a[i] = acc_b[i] = acc_dh[i] = 0.f;
+  for (int j = 0; j < chunks; ++j) {
+    const int s = ring.wait(j);
+    const unsigned char* slot = slots + s * Tr::kSlot;
+    wgmma_fence();
+    issue_projection<T>(acc_a, acc_b, a_lo, a_hi, slot);
+    // dh = dy w_out[:, chunk]: w_out's two panels are one 128-row tile read MN-major (rows
+    // along the reduction over c).
+    const uint64_t wo = smem_desc<128>(slot + 4 * Tr::kPanel);
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+      wgmma_64x64_ss<T, 0, 1>(acc_dh, desc_add(ks < 4 ? dy_lo : dy_hi, 32 * (ks % 4)), desc_add(wo, 2048 * ks), ks > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(acc_a);
+    fence_registers(acc_b);
+    fence_registers(acc_dh);
+
+    // The previous chunk's stores have read the staging tiles.
+    if (leader) tma_store_wait_read<0>();
+    named_barrier(1 + wg, 128);
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      float hv[2], da[2], db[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float a = acc_a[i + e], b = acc_b[i + e], dh = acc_dh[i + e];
+        const float sg = sigmoid(a), silu = a * sg;
+        hv[e] = silu * b;
+        da[e] = dh * b * sg * (1.f + a * (1.f - sg));
+        db[e] = dh * silu;
+      }
+      to_fragment<T>(da_f, i, da[0], da[1]);
+      to_fragment<T>(db_f, i, db[0], db[1]);
+      const int r = 16 * warp + g + 8 * ((i / 2) % 2), c = i / 4;
+      *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) = pack2<T>(hv[0], hv[1]);
+      *reinterpret_cast<uint32_t*>(staging + Tr::kPanel + swizzled_pair(r, c, t)) = da_f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2];
+      *reinterpret_cast<uint32_t*>(staging + 2 * Tr::kPanel + swizzled_pair(r, c, t)) = db_f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2];
+    }
+    fence_async_shared();
+    named_barrier(1 + wg, 128);
+    if (leader) {
+      const int hcol = j * Tr::kChunk, r = static_cast<int>(row0);
+      tma_store_2d(&maps.h, staging, hcol, r);
+      tma_store_2d(&maps.dab, staging + Tr::kPanel, hcol, r);
+      tma_store_2d(&maps.dab, staging + 2 * Tr::kPanel, static_cast<int>(p.h) + hcol, r);
+      tma_store_commit();
+    }
+
+    // dxhat' += da w_in[a rows] + db w_in[b rows]: each panel (64 hidden rows x 64 columns of
+    // c) read MN-major, its rows along the reduction over the chunk.
+    fence_registers(dx_acc[0]);  // their zeros are set before the products start
+    fence_registers(dx_acc[1]);
+    wgmma_fence();
+#pragma unroll
+    for (int nh = 0; nh < 2; ++nh) {
+      const uint64_t wa = smem_desc<128>(slot + nh * Tr::kPanel), wb = smem_desc<128>(slot + (2 + nh) * Tr::kPanel);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        wgmma_64x64_rs<T, 1>(dx_acc[nh], da_f[ks], desc_add(wa, 2048 * ks), true);
+        wgmma_64x64_rs<T, 1>(dx_acc[nh], db_f[ks], desc_add(wb, 2048 * ks), true);
+      }
+    }
+    // Waited for here rather than under the next chunk's products: ptxas serialises every
+    // wgmma of the kernel when these stay in flight across the staging code (C7515).
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(da_f);
+    fence_registers(db_f);
+    fence_registers(dx_acc[0]);
+    fence_registers(dx_acc[1]);
+    ring.release(s);
+    if (threadIdx.x == 0 && j + Tr::kBackwardStages < chunks) load(j + Tr::kBackwardStages);
+  }
+
+  // LayerNorm backward of rows 16 warp + g + 8 hh:
+  //   dxhat = dxhat' * ln_w,  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+  const Tin* x = static_cast<const Tin*>(p.x);
+  Tin* dx = static_cast<Tin*>(bp.dx);
+  int64_t rows[2];
+  float mean[2], rstd[2], s1[2] = {0.f, 0.f}, s2[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = 16 * warp + g + 8 * hh;
+    rows[hh] = row0 + r;
+    mean[hh] = st[r];
+    rstd[hh] = st[64 + r];
+  }
+  auto xhat = [&](int hh, int col) {
+    const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
+    return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
+  };
+#pragma unroll
+  for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int col = 64 * nh + 8 * c + 2 * t;
+      const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float2 xh = xhat(hh, col);
+        const float d0 = dx_acc[nh][4 * c + 2 * hh] * gw.x, d1 = dx_acc[nh][4 * c + 2 * hh + 1] * gw.y;
+        s1[hh] += d0 + d1;
+        s2[hh] += d0 * xh.x + d1 * xh.y;
+      }
+    }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      s1[hh] += __shfl_xor_sync(0xffffffffu, s1[hh], o);
+      s2[hh] += __shfl_xor_sync(0xffffffffu, s2[hh], o);
+    }
+    s1[hh] *= 1.f / Tr::kC;
+    s2[hh] *= 1.f / Tr::kC;
+  }
+#pragma unroll
+  for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int col = 64 * nh + 8 * c + 2 * t;
+      const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        if (rows[hh] >= p.M) continue;
+        const float2 xh = xhat(hh, col);
+        const float* d = dx_acc[nh] + 4 * c + 2 * hh;
+        mma::store2(dx + rows[hh] * Tr::kC + col, rstd[hh] * (d[0] * gw.x - s1[hh] - xh.x * s2[hh]),
+                    rstd[hh] * (d[1] * gw.y - s1[hh] - xh.y * s2[hh]));
+      }
+    }
+  if (leader) tma_store_wait_all();
+#endif
+}
+
+// ---- host side ----
+
+CUtensorMap rows_map(DType dtype, const void* ptr, int64_t rows, int64_t cols, const char* what) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
+  const uint32_t box[2] = {64, 64};
+  return sm90::tensor_map(sm90::map_type(dtype), 2, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, what);
+}
+
+Maps weight_maps(const SwigluTransitionParams& p) {
+  Maps maps{};
+  maps.w_in = rows_map(p.dtype, p.w_in, 2 * p.h, Tr::kC, "swiglu_transition's w_in");
+  maps.w_out = rows_map(p.dtype, p.w_out, Tr::kC, p.h, "swiglu_transition's w_out");
+  return maps;
+}
+
+dim3 grid_rows(int64_t M) {
+  MF_CHECK(M < (int64_t{1} << 31), "swiglu_transition sm_90a kernels: ", M, " rows exceed TMA's 32-bit coordinates");
+  return dim3(static_cast<unsigned>((M + Tr::kBlockRows - 1) / Tr::kBlockRows));
+}
+
+template <typename Fn>
+void dispatch(const SwigluTransitionParams& p, Fn&& fn) {
+  const bool x_float = p.x_dtype == DType::kFloat32;
+  if (p.dtype == DType::kBFloat16) {
+    if (x_float) fn(float{}, __nv_bfloat16{});
+    else fn(__nv_bfloat16{}, __nv_bfloat16{});
+  } else {
+    if (x_float) fn(float{}, __half{});
+    else fn(__half{}, __half{});
+  }
+}
+
+template <typename Kernel, typename... Args>
+void launch(const char* name, Kernel kernel, dim3 grid, int smem, cudaStream_t stream, Args... args) {
+  launch_kernel(kernel, grid, Tr::kThreads, smem, stream, args...);  // sets the shared-memory limit
+  sm90::check_blocks_per_sm("swiglu_transition", name, reinterpret_cast<const void*>(kernel), Tr::kThreads, smem, 1);
+}
+
+}  // namespace
+
+bool swiglu_transition_use_sm90(int64_t c, int major, int minor) { return c == Tr::kC && sm90::runs_on(major, minor); }
+
+void swiglu_transition_forward_wgmma(const SwigluTransitionParams& p, void* stream) {
+  MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a forward: c must be 128 and h a multiple of 64");
+  Maps maps = weight_maps(p);
+  maps.y = rows_map(p.dtype, p.y, p.M, Tr::kC, "swiglu_transition's output");
+  dispatch(p, [&](auto tin, auto t) {
+    launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t)>, grid_rows(p.M),
+           Tr::kForwardSmem, static_cast<cudaStream_t>(stream), maps, p);
+  });
+}
+
+void swiglu_transition_backward_wgmma(const SwigluTransitionBackwardParams& bp, void* stream) {
+  const SwigluTransitionParams& p = bp.f;
+  MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a backward: c must be 128 and h a multiple of 64");
+  if (p.M == 0) return;
+  Maps maps = weight_maps(p);
+  maps.y = rows_map(p.dtype, bp.dy, p.M, Tr::kC, "swiglu_transition's output gradient");
+  maps.h = rows_map(p.dtype, bp.h, p.M, p.h, "swiglu_transition's hidden layer");
+  maps.dab = rows_map(p.dtype, bp.dab, p.M, 2 * p.h, "swiglu_transition's projection gradient");
+  dispatch(p, [&](auto tin, auto t) {
+    launch("sm_90a backward kernel", tma_wgmma_backward_kernel<decltype(tin), decltype(t)>, grid_rows(p.M),
+           Tr::kBackwardSmem, static_cast<cudaStream_t>(stream), maps, bp);
+  });
+}
+
+}  // namespace megafold::ops::cuda
