@@ -13,6 +13,7 @@
 
 #include "ops/cuda_binding.h"
 #include "ops/layernorm_linear/layernorm_linear.h"
+#include "ops/layernorm_linear/layernorm_linear_binding.h"
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
 
 namespace megafold::ops {
@@ -42,6 +43,27 @@ cuda::LayerNormLinearParams make_params(const at::Tensor& x, const at::Tensor& l
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(x.device().index());
   p.sm90 = cuda::layernorm_linear_use_sm90(p.N, prop->major, prop->minor);
   return p;
+}
+
+// The weight-gradient workspaces and outputs of a backward over M rows of N features.
+struct WeightGradBuffers {
+  at::Tensor g_partial, db_partial, g, dw, db, d_ln_w, d_ln_b;
+};
+
+WeightGradBuffers weight_grad_buffers(cuda::LayerNormLinearParams& p, const at::TensorOptions& f32) {
+  const int64_t N = p.N, K = cuda::kLayerNormLinearCin;
+  const int64_t chunks = cuda::layernorm_linear_dw_chunks(p.M, N);
+  WeightGradBuffers b{at::empty({chunks, N, K}, f32), at::empty({chunks, N}, f32), at::empty({N, K}, f32),
+                      at::empty({N, K}, f32),          at::empty({N}, f32),        at::empty({K}, f32),
+                      at::empty({K}, f32)};
+  p.g_partial = b.g_partial.data_ptr<float>();
+  p.db_partial = b.db_partial.data_ptr<float>();
+  p.g = b.g.data_ptr<float>();
+  p.dw = b.dw.data_ptr<float>();
+  p.db = b.db.data_ptr<float>();
+  p.d_ln_w = b.d_ln_w.data_ptr<float>();
+  p.d_ln_b = b.d_ln_b.data_ptr<float>();
+  return b;
 }
 
 struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinearFunction> {
@@ -82,25 +104,14 @@ struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinea
                               ? kernel_rows(grad_out[0], w.scalar_type())
                               : at::zeros({x.numel() / K, N}, x.options().dtype(w.scalar_type()));
     cuda::LayerNormLinearParams p = make_params(x, ln_w, ln_b, w, at::Tensor(), mean, rstd);
-    const auto f32 = x.options().dtype(at::kFloat);
-    const int64_t chunks = cuda::layernorm_linear_dw_chunks(p.M, N);
     const at::Tensor dx = at::empty(x.sizes(), x.options());
-    const at::Tensor g_partial = at::empty({chunks, N, K}, f32), db_partial = at::empty({chunks, N}, f32);
-    const at::Tensor g = at::empty({N, K}, f32), dw = at::empty({N, K}, f32), db = at::empty({N}, f32);
-    const at::Tensor d_ln_w = at::empty({K}, f32), d_ln_b = at::empty({K}, f32);
+    const WeightGradBuffers b = weight_grad_buffers(p, x.options().dtype(at::kFloat));
     p.dy = dy.data_ptr();
     p.dx = dx.data_ptr();
-    p.g_partial = g_partial.data_ptr<float>();
-    p.db_partial = db_partial.data_ptr<float>();
-    p.g = g.data_ptr<float>();
-    p.dw = dw.data_ptr<float>();
-    p.db = db.data_ptr<float>();
-    p.d_ln_w = d_ln_w.data_ptr<float>();
-    p.d_ln_b = d_ln_b.data_ptr<float>();
     cuda::layernorm_linear_backward(p, current_stream(x));
     auto typed = [&](const at::Tensor& t, const char* key) { return t.to(ctx->saved_data[key].toScalarType()); };
-    return {typed(dx, "x_dtype"), typed(d_ln_w, "ln_w_dtype"), typed(d_ln_b, "ln_b_dtype"), typed(dw, "w_dtype"),
-            ctx->saved_data["has_bias"].toBool() ? typed(db, "bias_dtype") : at::Tensor(), at::Tensor()};
+    return {typed(dx, "x_dtype"), typed(b.d_ln_w, "ln_w_dtype"), typed(b.d_ln_b, "ln_b_dtype"), typed(b.dw, "w_dtype"),
+            ctx->saved_data["has_bias"].toBool() ? typed(b.db, "bias_dtype") : at::Tensor(), at::Tensor()};
   }
 };
 
@@ -123,6 +134,20 @@ at::Tensor layernorm_linear_cuda(const at::Tensor& x, const at::Tensor& ln_weigh
 }
 
 }  // namespace
+
+LayerNormLinearWeightGrads layernorm_linear_weight_gradients(const at::Tensor& x, const at::Tensor& ln_w,
+                                                             const at::Tensor& ln_b, const at::Tensor& w,
+                                                             const at::Tensor& mean, const at::Tensor& rstd,
+                                                             const at::Tensor& dy) {
+  cuda::LayerNormLinearParams p = make_params(x, ln_w, ln_b, w, at::Tensor(), mean, rstd);
+  TORCH_CHECK(p.N % 8 == 0 && dy.size(-1) == p.N, "layernorm_linear_weight_gradients: dy must be [M, ", p.N, "]");
+  const WeightGradBuffers b = weight_grad_buffers(p, x.options().dtype(at::kFloat));
+  p.dy = dy.data_ptr();
+  p.dx = nullptr;
+  cuda::layernorm_linear_backward(p, current_stream(x));
+  return {b.d_ln_w, b.d_ln_b, b.dw};
+}
+
 }  // namespace megafold::ops
 
 // AutogradCUDA takes precedence over the CompositeImplicitAutograd reference for CUDA

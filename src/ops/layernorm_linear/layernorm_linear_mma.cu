@@ -26,7 +26,7 @@
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
-#include "ops/layernorm_linear/layernorm_linear_dispatch.cuh"
+#include "ops/kernel_dispatch.cuh"
 #include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
@@ -531,7 +531,7 @@ void layernorm_linear_forward(const LayerNormLinearParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.sm90) return layernorm_linear_forward_wgmma(p, stream);
   const dim3 grid(static_cast<unsigned int>((p.M + kRows - 1) / kRows));
-  dispatch_layernorm_linear(p, [&](auto tin, auto t) {
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch(forward_kernel<decltype(tin), decltype(t)>, grid, kForwardSmem, s, p);
   });
 }
@@ -551,7 +551,7 @@ void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream) {
   if (p.sm90) layernorm_linear_backward_wgmma(p, per, chunks, stream);
   const dim3 dx_grid(static_cast<unsigned int>((p.M + kRows - 1) / kRows));
   const dim3 g_grid(static_cast<unsigned int>((p.N + kFeatures - 1) / kFeatures), static_cast<unsigned int>(chunks));
-  dispatch_layernorm_linear(p, [&](auto tin, auto t) {
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     using Tin = decltype(tin);
     using T = decltype(t);
     if (!p.sm90) {

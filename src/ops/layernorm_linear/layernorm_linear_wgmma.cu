@@ -29,9 +29,10 @@
 #include "core/cuda_check.h"
 #include "core/hopper.cuh"
 #include "core/mma.cuh"
+#include "ops/hopper/rows128.cuh"
 #include "ops/hopper/sm90.h"
+#include "ops/kernel_dispatch.cuh"
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
-#include "ops/layernorm_linear/layernorm_linear_dispatch.cuh"
 #include "ops/launch.cuh"
 
 namespace megafold::ops::cuda {
@@ -87,12 +88,6 @@ struct Maps {
 using namespace megafold::hopper;
 using mma::load4;
 using mma::pack2;
-
-// Byte offset of the 8-byte piece `piece` (0..15) of row r in a 128-byte-swizzled panel.
-__device__ __forceinline__ int swizzled(int r, int piece) { return r * 128 + (((piece / 2) ^ (r % 8)) * 16) + (piece % 2) * 8; }
-
-// Byte offset of accumulator chunk c (columns 8c..8c+7), bytes 4t..4t+3, of row r.
-__device__ __forceinline__ int swizzled_pair(int r, int c, int t) { return r * 128 + ((c ^ (r % 8)) * 16) + 4 * t; }
 
 template <int kStages>
 __device__ __forceinline__ void init_ring(Ring<kStages>& ring) {
@@ -248,7 +243,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   __shared__ Ring<Tr::kStages> ring;
   unsigned char* slots = aligned_1024(raw);  // [slot][dy of warpgroup 0, 1; weight columns 0..63, 64..127]
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
+  const int g = lane / 4;
   const int64_t block_row = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows;
   const int k_tiles = static_cast<int>((p.N + Tr::kTileN - 1) / Tr::kTileN);
   // Steps 0 .. k_tiles - 1 bring dy and the weight; steps k_tiles + w bring warpgroup w's rows
@@ -298,8 +293,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     if (threadIdx.x == 0 && j + Tr::kStages < steps) load(j + Tr::kStages);
   }
 
-  // LayerNorm backward of rows 16 warp + g + 8 h:
-  //   dxhat = dxhat' * ln_w,  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+  // LayerNorm backward of rows 16 warp + g + 8 h.
   const int r_local[2] = {16 * warp + g, 16 * warp + g + 8};
   int64_t rows[2];
   float mean[2], rstd[2];
@@ -310,53 +304,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     mean[h] = valid ? p.mean[rows[h]] : 0.f;
     rstd[h] = valid ? p.rstd[rows[h]] : 0.f;
   }
-
   const unsigned char* x_tile = slots + ring.wait(k_tiles + wg) * Tr::kDxSlot;
   auto xhat = [&](int h, int col) {
     const float2 v = x_pair<Tin>(x_tile, r_local[h], col);
     return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
   };
-  float s1[2] = {0.f, 0.f}, s2[2] = {0.f, 0.f};
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int col = 64 * half + 8 * c + 2 * t;
-      const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float2 xh = xhat(h, col);
-        const float d0 = acc[half][4 * c + 2 * h] * gw.x, d1 = acc[half][4 * c + 2 * h + 1] * gw.y;
-        s1[h] += d0 + d1;
-        s2[h] += d0 * xh.x + d1 * xh.y;
-      }
-    }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      s1[h] += __shfl_xor_sync(0xffffffffu, s1[h], o);
-      s2[h] += __shfl_xor_sync(0xffffffffu, s2[h], o);
-    }
-    s1[h] *= 1.f / Tr::kK;
-    s2[h] *= 1.f / Tr::kK;
-  }
-  Tin* dx = static_cast<Tin*>(p.dx);
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int col = 64 * half + 8 * c + 2 * t;
-      const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (rows[h] >= p.M) continue;
-        const float2 xh = xhat(h, col);
-        const float* a = acc[half] + 4 * c + 2 * h;
-        mma::store2(dx + rows[h] * Tr::kK + col, rstd[h] * (a[0] * gw.x - s1[h] - xh.x * s2[h]),
-                    rstd[h] * (a[1] * gw.y - s1[h] - xh.y * s2[h]));
-      }
-    }
+  layernorm_backward_rows(acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(p.dx));
 #endif
 }
 
@@ -514,7 +467,7 @@ void layernorm_linear_forward_wgmma(const LayerNormLinearParams& p, void* stream
   maps.w = rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
   const CUtensorMap y_map = rows_map(p.dtype, p.y, p.M, p.N, "layernorm_linear's output");
   const dim3 grid(grid_rows(p.M));
-  dispatch_layernorm_linear(p, [&](auto tin, auto t) {
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t)>, grid, Tr::kForwardSmem, s,
            maps, y_map, p);
   });
@@ -531,7 +484,7 @@ void layernorm_linear_backward_wgmma(const LayerNormLinearParams& p, int64_t row
   const dim3 dx_grid(grid_rows(p.M));
   const dim3 g_grid(static_cast<unsigned>((p.N + Tr::kBlockRows - 1) / Tr::kBlockRows), static_cast<unsigned>(chunks));
   MF_CHECK(chunks <= 65535, "layernorm_linear: ", chunks, " weight-gradient chunks exceed the grid");
-  dispatch_layernorm_linear(p, [&](auto tin, auto t) {
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     using Tin = decltype(tin);
     using T = decltype(t);
     if (p.dx != nullptr) launch("sm_90a dx kernel", tma_wgmma_dx_kernel<Tin, T>, dx_grid, Tr::kDxSmem, s, maps, p);

@@ -19,7 +19,7 @@
 #include "core/autocast.h"
 #include "ops/cuda_binding.h"
 #include "ops/layernorm_linear/layernorm_linear.h"
-#include "ops/layernorm_linear/layernorm_linear_cuda.h"
+#include "ops/layernorm_linear/layernorm_linear_binding.h"
 #include "ops/swiglu_transition/swiglu_cuda.h"
 #include "ops/swiglu_transition/swiglu_transition.h"
 #include "ops/swiglu_transition/swiglu_transition_cuda.h"
@@ -67,6 +67,37 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
+// The kernels' view of the op's inputs: x in fp32 or the product type, 16-bit weights, fp32
+// LayerNorm parameters, all contiguous and 16-byte aligned; and their params.
+struct KernelInputs {
+  at::Tensor x, ln_w, ln_b, w_in, w_out;
+  KernelInputs(const at::Tensor& x_in, const at::Tensor& ln_weight, const at::Tensor& ln_bias, const at::Tensor& w_in_in,
+               const at::Tensor& w_out_in, at::ScalarType type)
+      : x(aligned_rows(x_in.scalar_type() == at::kFloat ? x_in : x_in.to(type))),
+        ln_w(ln_weight.to(at::kFloat).contiguous()),
+        ln_b(ln_bias.to(at::kFloat).contiguous()),
+        w_in(aligned_rows(w_in_in.to(type))),
+        w_out(aligned_rows(w_out_in.to(type))) {}
+
+  cuda::SwigluTransitionParams params() const {
+    cuda::SwigluTransitionParams p{};
+    p.x_dtype = kernel_dtype(x.scalar_type());
+    p.dtype = kernel_dtype(w_in.scalar_type());
+    p.c = x.size(-1);
+    p.h = w_out.size(1);
+    p.M = x.numel() / p.c;
+    p.eps = static_cast<float>(kLayerNormEps);
+    p.x = x.data_ptr();
+    p.ln_w = ln_w.data_ptr<float>();
+    p.ln_b = ln_b.data_ptr<float>();
+    p.w_in = w_in.data_ptr();
+    p.w_out = w_out.data_ptr();
+    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(x.device().index());
+    p.sm90 = cuda::swiglu_transition_use_sm90(p.c, prop->major, prop->minor);
+    return p;
+  }
+};
+
 // Inputs: x, ln_weight, ln_bias, w_in, w_out, then the product dtype. Saves only the inputs:
 // the 2h-wide projection and the h-wide hidden layer exist in backward alone.
 struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransitionFunction> {
@@ -75,25 +106,10 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
                                int64_t product) {
     const c10::cuda::CUDAGuard guard(x.device());
     const auto type = static_cast<at::ScalarType>(product);
-    const at::Tensor x_ = aligned_rows(x.scalar_type() == at::kFloat ? x : x.to(type));
-    const at::Tensor w_in_ = aligned_rows(w_in.to(type)), w_out_ = aligned_rows(w_out.to(type));
-    const at::Tensor ln_w = ln_weight.to(at::kFloat).contiguous(), ln_b = ln_bias.to(at::kFloat).contiguous();
+    const KernelInputs in(x, ln_weight, ln_bias, w_in, w_out, type);
     const at::Tensor y = at::empty(x.sizes(), x.options().dtype(type));  // [..., c]
-    cuda::SwigluTransitionParams p{};
-    p.x_dtype = kernel_dtype(x_.scalar_type());
-    p.dtype = kernel_dtype(type);
-    p.c = x.size(-1);
-    p.h = w_out.size(1);
-    p.M = x.numel() / p.c;
-    p.eps = static_cast<float>(kLayerNormEps);
-    p.x = x_.data_ptr();
-    p.ln_w = ln_w.data_ptr<float>();
-    p.ln_b = ln_b.data_ptr<float>();
-    p.w_in = w_in_.data_ptr();
-    p.w_out = w_out_.data_ptr();
+    cuda::SwigluTransitionParams p = in.params();
     p.y = y.data_ptr();
-    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(x.device().index());
-    p.sm90 = cuda::swiglu_transition_use_sm90(p.c, prop->major, prop->minor);
     cuda::swiglu_transition_forward(p, current_stream(x));
     ctx->save_for_backward({x, ln_weight, ln_bias, w_in, w_out});
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(at::kCUDA);
@@ -110,25 +126,14 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
                                       at::ScalarType type) {
     const at::Tensor &x = saved[0], &ln_weight = saved[1], &ln_bias = saved[2], &w_in = saved[3], &w_out = saved[4];
     const int64_t c = w_out.size(0), hidden = w_out.size(1), M = x.numel() / c;
-    const at::Tensor x_ = aligned_rows(x.scalar_type() == at::kFloat ? x : x.to(type));
-    const at::Tensor w_in_ = aligned_rows(w_in.to(type)), w_out_ = aligned_rows(w_out.to(type));
-    const at::Tensor ln_w = ln_weight.to(at::kFloat).contiguous(), ln_b = ln_bias.to(at::kFloat).contiguous();
+    const KernelInputs in(x, ln_weight, ln_bias, w_in, w_out, type);
     const at::Tensor dy = aligned_rows(grad.to(type));  // [..., c]
     const auto f32 = x.options().dtype(at::kFloat), t16 = x.options().dtype(type);
-    const at::Tensor dx = at::empty(x_.sizes(), x_.options());
+    const at::Tensor dx = at::empty(in.x.sizes(), in.x.options());
     const at::Tensor dab = at::empty({M, 2 * hidden}, t16), h = at::empty({M, hidden}, t16);
     const at::Tensor mean = at::empty({M}, f32), rstd = at::empty({M}, f32);
     cuda::SwigluTransitionBackwardParams bp{};
-    bp.f.x_dtype = kernel_dtype(x_.scalar_type());
-    bp.f.dtype = kernel_dtype(type);
-    bp.f.M = M, bp.f.c = c, bp.f.h = hidden;
-    bp.f.eps = static_cast<float>(kLayerNormEps);
-    bp.f.x = x_.data_ptr();
-    bp.f.ln_w = ln_w.data_ptr<float>();
-    bp.f.ln_b = ln_b.data_ptr<float>();
-    bp.f.w_in = w_in_.data_ptr();
-    bp.f.w_out = w_out_.data_ptr();
-    bp.f.sm90 = true;
+    bp.f = in.params();
     bp.dy = dy.data_ptr();
     bp.dx = dx.data_ptr();
     bp.dab = dab.data_ptr();
@@ -140,35 +145,11 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     variable_list result(6);
     if (ctx->needs_input_grad(4)) result[4] = at::matmul(dy.reshape({-1, c}).t(), h).to(w_out.scalar_type());
     if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2) || ctx->needs_input_grad(3)) {
-      const int64_t N = 2 * hidden, K = c;
-      const int64_t chunks = cuda::layernorm_linear_dw_chunks(M, N);
-      const at::Tensor g_partial = at::empty({chunks, N, K}, f32), db_partial = at::empty({chunks, N}, f32);
-      const at::Tensor g = at::empty({N, K}, f32), dw = at::empty({N, K}, f32), db = at::empty({N}, f32);
-      const at::Tensor d_ln_w = at::empty({K}, f32), d_ln_b = at::empty({K}, f32);
-      cuda::LayerNormLinearParams p{};
-      p.x_dtype = bp.f.x_dtype;
-      p.dtype = bp.f.dtype;
-      p.M = M, p.N = N;
-      p.eps = bp.f.eps;
-      p.x = bp.f.x;
-      p.ln_w = bp.f.ln_w;
-      p.ln_b = bp.f.ln_b;
-      p.w = bp.f.w_in;
-      p.mean = bp.mean;
-      p.rstd = bp.rstd;
-      p.dy = bp.dab;
-      p.g_partial = g_partial.data_ptr<float>();
-      p.db_partial = db_partial.data_ptr<float>();
-      p.g = g.data_ptr<float>();
-      p.dw = dw.data_ptr<float>();
-      p.db = db.data_ptr<float>();
-      p.d_ln_w = d_ln_w.data_ptr<float>();
-      p.d_ln_b = d_ln_b.data_ptr<float>();
-      p.sm90 = true;  // c = 128 and N a multiple of 128 on this GPU: layernorm_linear_use_sm90 holds
-      cuda::layernorm_linear_backward(p, stream);
-      if (ctx->needs_input_grad(1)) result[1] = d_ln_w.to(ln_weight.scalar_type());
-      if (ctx->needs_input_grad(2)) result[2] = d_ln_b.to(ln_bias.scalar_type());
-      if (ctx->needs_input_grad(3)) result[3] = dw.to(w_in.scalar_type());
+      const LayerNormLinearWeightGrads g =
+          layernorm_linear_weight_gradients(in.x, in.ln_w, in.ln_b, in.w_in, mean, rstd, dab);
+      if (ctx->needs_input_grad(1)) result[1] = g.d_ln_w.to(ln_weight.scalar_type());
+      if (ctx->needs_input_grad(2)) result[2] = g.d_ln_b.to(ln_bias.scalar_type());
+      if (ctx->needs_input_grad(3)) result[3] = g.dw.to(w_in.scalar_type());
     }
     if (ctx->needs_input_grad(0)) result[0] = dx.to(x.scalar_type());
     return result;

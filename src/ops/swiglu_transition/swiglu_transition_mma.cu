@@ -20,8 +20,9 @@
 
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
-#include "ops/swiglu_transition/swiglu_transition_cuda.h"
+#include "ops/kernel_dispatch.cuh"
 #include "ops/launch.cuh"
+#include "ops/swiglu_transition/swiglu_transition_cuda.h"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -233,15 +234,9 @@ void launch_width(const SwigluTransitionParams& p, cudaStream_t stream) {
 void swiglu_transition_forward(const SwigluTransitionParams& p, void* stream) {
   if (p.M == 0) return;
   if (p.sm90) return swiglu_transition_forward_wgmma(p, stream);
-  const auto s = static_cast<cudaStream_t>(stream);
-  const bool x_float = p.x_dtype == DType::kFloat32;
-  if (p.dtype == DType::kBFloat16) {
-    if (x_float) launch_width<float, __nv_bfloat16>(p, s);
-    else launch_width<__nv_bfloat16, __nv_bfloat16>(p, s);
-  } else {
-    if (x_float) launch_width<float, __half>(p, s);
-    else launch_width<__half, __half>(p, s);
-  }
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
+    launch_width<decltype(tin), decltype(t)>(p, static_cast<cudaStream_t>(stream));
+  });
 }
 
 }  // namespace megafold::ops::cuda

@@ -27,7 +27,9 @@
 #include "core/cuda_check.h"
 #include "core/hopper.cuh"
 #include "core/mma.cuh"
+#include "ops/hopper/rows128.cuh"
 #include "ops/hopper/sm90.h"
+#include "ops/kernel_dispatch.cuh"
 #include "ops/launch.cuh"
 #include "ops/swiglu_transition/swiglu_transition_cuda.h"
 
@@ -72,12 +74,6 @@ using namespace megafold::hopper;
 using mma::load2;
 using mma::load4;
 using mma::pack2;
-
-// Byte offset of the 8-byte piece `piece` (0..15) of row r in a 128-byte-swizzled panel.
-__device__ __forceinline__ int swizzled(int r, int piece) { return r * 128 + (((piece / 2) ^ (r % 8)) * 16) + (piece % 2) * 8; }
-
-// Byte offset of accumulator chunk c (columns 8c..8c+7), bytes 4t..4t+3, of row r.
-__device__ __forceinline__ int swizzled_pair(int r, int c, int t) { return r * 128 + ((c ^ (r % 8)) * 16) + 4 * t; }
 
 __device__ __forceinline__ float sigmoid(float a) { return 1.f / (1.f + __expf(-a)); }
 
@@ -385,12 +381,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (threadIdx.x == 0 && j + Tr::kBackwardStages < chunks) load(j + Tr::kBackwardStages);
   }
 
-  // LayerNorm backward of rows 16 warp + g + 8 hh:
-  //   dxhat = dxhat' * ln_w,  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+  // LayerNorm backward of rows 16 warp + g + 8 hh, xhat from x again (L2-resident since
+  // the prologue read it).
   const Tin* x = static_cast<const Tin*>(p.x);
-  Tin* dx = static_cast<Tin*>(bp.dx);
   int64_t rows[2];
-  float mean[2], rstd[2], s1[2] = {0.f, 0.f}, s2[2] = {0.f, 0.f};
+  float mean[2], rstd[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = 16 * warp + g + 8 * hh;
@@ -402,45 +397,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
     return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
   };
-#pragma unroll
-  for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int col = 64 * nh + 8 * c + 2 * t;
-      const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float2 xh = xhat(hh, col);
-        const float d0 = dx_acc[nh][4 * c + 2 * hh] * gw.x, d1 = dx_acc[nh][4 * c + 2 * hh + 1] * gw.y;
-        s1[hh] += d0 + d1;
-        s2[hh] += d0 * xh.x + d1 * xh.y;
-      }
-    }
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      s1[hh] += __shfl_xor_sync(0xffffffffu, s1[hh], o);
-      s2[hh] += __shfl_xor_sync(0xffffffffu, s2[hh], o);
-    }
-    s1[hh] *= 1.f / Tr::kC;
-    s2[hh] *= 1.f / Tr::kC;
-  }
-#pragma unroll
-  for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int col = 64 * nh + 8 * c + 2 * t;
-      const float2 gw = *reinterpret_cast<const float2*>(p.ln_w + col);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        if (rows[hh] >= p.M) continue;
-        const float2 xh = xhat(hh, col);
-        const float* d = dx_acc[nh] + 4 * c + 2 * hh;
-        mma::store2(dx + rows[hh] * Tr::kC + col, rstd[hh] * (d[0] * gw.x - s1[hh] - xh.x * s2[hh]),
-                    rstd[hh] * (d[1] * gw.y - s1[hh] - xh.y * s2[hh]));
-      }
-    }
+  layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(bp.dx));
   if (leader) tma_store_wait_all();
 #endif
 }
@@ -466,18 +423,6 @@ dim3 grid_rows(int64_t M) {
   return dim3(static_cast<unsigned>((M + Tr::kBlockRows - 1) / Tr::kBlockRows));
 }
 
-template <typename Fn>
-void dispatch(const SwigluTransitionParams& p, Fn&& fn) {
-  const bool x_float = p.x_dtype == DType::kFloat32;
-  if (p.dtype == DType::kBFloat16) {
-    if (x_float) fn(float{}, __nv_bfloat16{});
-    else fn(__nv_bfloat16{}, __nv_bfloat16{});
-  } else {
-    if (x_float) fn(float{}, __half{});
-    else fn(__half{}, __half{});
-  }
-}
-
 template <typename Kernel, typename... Args>
 void launch(const char* name, Kernel kernel, dim3 grid, int smem, cudaStream_t stream, Args... args) {
   launch_kernel(kernel, grid, Tr::kThreads, smem, stream, args...);  // sets the shared-memory limit
@@ -492,7 +437,7 @@ void swiglu_transition_forward_wgmma(const SwigluTransitionParams& p, void* stre
   MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a forward: c must be 128 and h a multiple of 64");
   Maps maps = weight_maps(p);
   maps.y = rows_map(p.dtype, p.y, p.M, Tr::kC, "swiglu_transition's output");
-  dispatch(p, [&](auto tin, auto t) {
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t)>, grid_rows(p.M),
            Tr::kForwardSmem, static_cast<cudaStream_t>(stream), maps, p);
   });
@@ -506,7 +451,7 @@ void swiglu_transition_backward_wgmma(const SwigluTransitionBackwardParams& bp, 
   maps.y = rows_map(p.dtype, bp.dy, p.M, Tr::kC, "swiglu_transition's output gradient");
   maps.h = rows_map(p.dtype, bp.h, p.M, p.h, "swiglu_transition's hidden layer");
   maps.dab = rows_map(p.dtype, bp.dab, p.M, 2 * p.h, "swiglu_transition's projection gradient");
-  dispatch(p, [&](auto tin, auto t) {
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch("sm_90a backward kernel", tma_wgmma_backward_kernel<decltype(tin), decltype(t)>, grid_rows(p.M),
            Tr::kBackwardSmem, static_cast<cudaStream_t>(stream), maps, bp);
   });
