@@ -1,6 +1,7 @@
 // `megafold eval`: lDDT of sampled structures over a directory of structures.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -75,7 +76,7 @@ int eval_main(const std::vector<std::string>& argv) {
   infer::Predictor predictor(*args.get("checkpoint"), po);
 
   nlohmann::json rows = nlohmann::json::array(), skipped = nlohmann::json::array();
-  std::vector<double> all_ca, all_atom, all_plddt, all_rmsd;
+  std::vector<double> all_ca, all_atom, all_plddt, all_rmsd, all_mirrored;
   std::array<std::vector<double>, data::kNumMolTypes> type_lddt;
   std::map<std::string, std::string> seen;  // entry name -> the file it was scored from
   std::printf("%-12s %7s %9s %9s %13s %7s %8s\n", "entry", "tokens", "lDDT-CA", "best-CA", "all-atom lDDT", "pLDDT",
@@ -119,6 +120,11 @@ int eval_main(const std::vector<std::string>& argv) {
     nlohmann::json row = {{"entry", e.name}, {"path", path}, {"tokens", e.n_tokens()}, {"validation", validation},
                           {"lddt_ca", mean(r.lddt_ca)}, {"lddt_ca_best", *std::max_element(r.lddt_ca.begin(), r.lddt_ca.end())},
                           {"lddt_all_atom", mean(r.lddt_all)}, {"seconds", seconds}};
+    // The fraction of samples that are the entry's mirror image: lDDT cannot see a reflection.
+    const double mirrored = static_cast<double>(std::count(r.mirrored.begin(), r.mirrored.end(), true)) /
+                            static_cast<double>(std::max<size_t>(r.mirrored.size(), 1));
+    row["mirror_images"] = mirrored;
+    all_mirrored.push_back(mirrored);
     // Per molecule type (the types the entry has) and per ligand chain, averaged over samples.
     nlohmann::json by_type = nlohmann::json::object();
     for (int m = 0; m < data::kNumMolTypes; ++m) {
@@ -163,7 +169,8 @@ int eval_main(const std::vector<std::string>& argv) {
                             {"samples", samples}, {"max_tokens", max_tokens}, {"seed", seed},
                             {"sampler_steps", predictor.config().model.diffusion.sampler_steps},
                             {"device", predictor.device().str()}, {"entries", rows.size()},
-                            {"lddt_ca", mean(all_ca)}, {"lddt_all_atom", mean(all_atom)}, {"rows", rows},
+                            {"lddt_ca", mean(all_ca)}, {"lddt_all_atom", mean(all_atom)},
+                            {"mirror_images", mean(all_mirrored)}, {"rows", rows},
                             {"skipped", skipped}};
   if (!all_plddt.empty()) summary["plddt"] = mean(all_plddt);
   nlohmann::json by_type = nlohmann::json::object();

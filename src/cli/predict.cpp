@@ -128,7 +128,8 @@ int predict_main(const std::vector<std::string>& argv) {
                        "Sample all-atom structures for every token of the input and write them as mmCIF, with "
                        "per-atom pLDDT in the B-factor column when the model has a confidence head.\nThe "
                        "summary JSON lists each sample's mean pLDDT and, for structure input, its lDDT-CA and "
-                       "all-atom lDDT against the input coordinates.",
+                       "all-atom lDDT against the input coordinates and whether it is their mirror image (which "
+                       "lDDT cannot see).",
                        specs);
     return 0;
   }
@@ -215,6 +216,7 @@ int predict_main(const std::vector<std::string>& argv) {
     if (!r.lddt_ca.empty()) {
       row["lddt_ca"] = r.lddt_ca[k];
       row["lddt_all_atom"] = r.lddt_all[k];
+      row["mirror_image"] = static_cast<bool>(r.mirrored[k]);
     }
     if (r.pae.defined()) {
       const nlohmann::json scores = summary_confidences(r, k);

@@ -96,6 +96,7 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
       std::vector<double> rmsd;
       for (int64_t l = 0; l < sc.ligand_rmsd.size(1); ++l) rmsd.push_back(sc.ligand_rmsd[k][l].item<double>());
       r.ligand_rmsd.push_back(rmsd);
+      r.mirrored.push_back(sc.mirrored[k].item<float>() > 0);
     }
   }
   return r;

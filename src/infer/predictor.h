@@ -39,6 +39,7 @@ struct PredictedEntry {
   std::vector<std::array<double, data::kNumMolTypes>> lddt_by_type;  // per sample (NaN: no such atoms)
   std::vector<std::vector<double>> ligand_rmsd;  // per sample, per ligand chain (pocket-aligned; NaN:
                                                  // no resolved atom or pocket)
+  std::vector<bool> mirrored;   // per sample: the entry's mirror image (model/scoring.h)
 };
 
 class Predictor {

@@ -12,6 +12,7 @@
 #include "model/confidence_scores.h"
 #include "model/memory_plan.h"
 #include "model/permutation.h"
+#include "model/scoring.h"
 
 namespace megafold::model {
 
@@ -110,6 +111,10 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   l.total = l.total + cfg_.confidence.weight * cl.total;
   l.plddt = cl.plddt, l.pae = cl.pae, l.pde = cl.pde, l.resolved = cl.resolved;
   l.plddt_target = cl.plddt_target;
+  const at::Tensor centre_mask = gt.centre_mask * gt.token_mask;
+  l.rollout_mirrored =
+      mirror_images(slot_atoms(x, gt.centre_slot), slot_atoms(gt.atom_coords.reshape_as(x), gt.centre_slot), centre_mask)
+          .mean();
   return l;
 }
 

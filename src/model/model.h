@@ -34,6 +34,8 @@ struct Losses {
   at::Tensor plddt;              // scalar, no grad: pLDDT cross-entropy; undefined unless trained this step
   at::Tensor pae, pde, resolved;  // scalars, no grad: the head's other losses; likewise
   at::Tensor plddt_target;       // scalar, no grad: mean per-atom lDDT of the rollout structure
+  at::Tensor rollout_mirrored;   // scalar, no grad: the fraction of rollouts that are the ground
+                                 // truth's mirror image (scoring.h mirror_images); likewise
 };
 
 // Sampled structures and, with a confidence head, their confidences (model/confidence_scores.h).

@@ -19,6 +19,18 @@ at::Tensor atom_token_index(int64_t R, int64_t N, const at::Device& device) {
   return at::floor_divide(at::arange(N * data::kMaxAtomsPerToken, i64), data::kMaxAtomsPerToken).expand({R, -1});
 }
 
+at::Tensor mirror_images(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& mask) {
+  c10::AutoGradMode no_grad(false);
+  const at::Tensor xd = x.detach().to(at::kDouble), rd = ref.detach().to(ref.device(), at::kDouble);
+  const at::Tensor m = mask.detach().to(xd.device(), at::kDouble);
+  auto rmsd_to = [&](const at::Tensor& target) {
+    const at::Tensor moved = weighted_rigid_align(xd, target, m);
+    return ((moved - target).pow(2).sum(-1) * m).sum(1) / m.sum(1).clamp_min(1);
+  };
+  const at::Tensor mirror = rmsd_to(-rd) < rmsd_to(rd);
+  return (mirror & (m.sum(1) >= 4)).to(at::kFloat);
+}
+
 namespace {
 
 // The resolved atoms of each row first, in order: index [R, K] into the dense atoms (K = the
@@ -66,7 +78,7 @@ StructureScores score_structures(const at::Tensor& pred, const data::Batch& batc
     return stacked.reshape(shape);
   };
   return {join(&StructureScores::lddt_ca), join(&StructureScores::lddt_all), join(&StructureScores::lddt_by_type),
-          join(&StructureScores::ligand_rmsd)};
+          join(&StructureScores::ligand_rmsd), join(&StructureScores::mirrored)};
 }
 
 namespace {
@@ -90,6 +102,7 @@ StructureScores score_in_order(const at::Tensor& pred, const data::Batch& batch)
   const at::Tensor centre_mask = rows((batch.centre_mask * batch.token_mask).to(p.device(), at::kDouble));
   const at::Tensor token_ids = at::arange(N, i64).expand({R, N});
   out.lddt_ca = lddt(slot_atoms(p, centre), slot_atoms(gt, centre), centre_mask, token_ids).score.to(at::kFloat);
+  out.mirrored = mirror_images(slot_atoms(p, centre), slot_atoms(gt, centre), centre_mask);
 
   // All-atom lDDT per atom over the resolved atoms only, then globally and per molecule type.
   const auto [index, kmask] = resolved_first(mask);

@@ -20,9 +20,18 @@ struct StructureScores {
   // the ground truth's (the polymer centre atoms within kPocketRadius of the ligand in the
   // ground truth; all polymer centre atoms when fewer than 3 are that close).
   at::Tensor ligand_rmsd;
+  // [R] 1 where the sample is the ground truth's mirror image (mirror_images), else 0.
+  at::Tensor mirrored;
 };
 
 inline constexpr double kPocketRadius = 10.0;  // Angstrom, as PoseBusters defines a pocket
+
+// Whether each structure is closer to the reflection of its reference than to the reference
+// itself, both superposed by proper rotations (weighted_rigid_align): x, ref [R, N, 3] (token
+// centre atoms), mask [R, N] -> [R] float 1 / 0; 0 for rows with fewer than 4 masked points.
+// lDDT, distance errors and the smooth lDDT loss cannot tell a structure from its mirror image;
+// aligned errors (PAE) and the aligned MSE can.
+at::Tensor mirror_images(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& mask);
 
 // Token index of every atom slot of the dense layout, [R, N * kMaxAtomsPerToken] int64: the
 // residue ids that lDDT uses to skip pairs within one residue.

@@ -142,6 +142,7 @@ struct Validation {
   // and with a confidence head the mean pLDDT of those structures' resolved atoms, their pTM
   // and mean PAE over real token pairs, and ipTM averaged over the entries with several chains.
   double lddt_ca = 0, lddt_all = 0, plddt = 0, ptm = 0, mean_pae = 0, iptm = 0;
+  double mirrored = 0;  // the fraction of those structures that are their entry's mirror image
   int structures = 0, multichain = 0;
   // All-atom lDDT per molecule type, averaged over the entries that have that type.
   std::array<double, data::kNumMolTypes> lddt_type{};
@@ -185,6 +186,7 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
       const model::StructureScores sc = model::score_structures(pred.coords, batch);
       v.lddt_ca += sc.lddt_ca.item<double>();
       v.lddt_all += sc.lddt_all.item<double>();
+      v.mirrored += sc.mirrored.item<double>();
       for (int t = 0; t < data::kNumMolTypes; ++t)
         if (const double x = sc.lddt_by_type[0][t].item<double>(); std::isfinite(x)) {
           v.lddt_type[t] += x;
@@ -212,6 +214,7 @@ Validation validate(model::MegaFold& model, const data::Dataset& ds, const confi
   if (v.structures > 0) {
     v.lddt_ca /= v.structures;
     v.lddt_all /= v.structures;
+    v.mirrored /= v.structures;
     v.plddt /= v.structures;
     v.ptm /= v.structures;
     v.mean_pae /= v.structures;
@@ -335,7 +338,7 @@ class Run {
   std::optional<dist::GradientSync> grad_sync_;
   // The confidence head's latest losses and rollout lDDT (it trains every confidence.every steps).
   struct ConfidenceLosses {
-    double plddt, pae, pde, resolved, rollout_lddt;
+    double plddt, pae, pde, resolved, rollout_lddt, rollout_mirrored;
   };
   std::optional<ConfidenceLosses> last_confidence_;
   std::optional<RunLock> lock_;
@@ -512,7 +515,8 @@ StepOutcome Run::step(const data::Batch& batch, int64_t step, double lr, Progres
     s.loss_value = dp_ ? dp_->average(s.loss.total.item<double>()) : s.loss.total.item<double>();
     if (s.loss.plddt.defined())
       last_confidence_ = {s.loss.plddt.item<double>(), s.loss.pae.item<double>(), s.loss.pde.item<double>(),
-                          s.loss.resolved.item<double>(), s.loss.plddt_target.item<double>()};
+                          s.loss.resolved.item<double>(), s.loss.plddt_target.item<double>(),
+                          s.loss.rollout_mirrored.item<double>()};
     s.finite = std::isfinite(s.loss_value) && std::isfinite(s.grad_norm);
     if (s.finite) {
       optimizer_->step();
@@ -573,6 +577,7 @@ void Run::log(int64_t step, const StepOutcome& s, const data::Batch& batch, doub
     fields["pde_loss"] = last_confidence_->pde;
     fields["resolved_loss"] = last_confidence_->resolved;
     fields["rollout_lddt"] = last_confidence_->rollout_lddt;
+    fields["rollout_mirrored"] = last_confidence_->rollout_mirrored;
   }
   metrics_->write("train", step, fields);
 }
@@ -586,6 +591,7 @@ void Run::validate(int64_t step, Progress& progress) {
   if (v.structures > 0) {
     fields["lddt_ca"] = v.lddt_ca;
     fields["lddt_all_atom"] = v.lddt_all;
+    fields["mirrored"] = v.mirrored;
     for (int t = 0; t < data::kNumMolTypes; ++t)  // lddt_protein, lddt_rna, lddt_dna, lddt_ligand
       if (v.type_entries[t] > 0)
         fields["lddt_" + std::string(data::mol_type_name(static_cast<data::MolType>(t)))] = v.lddt_type[t];
@@ -602,7 +608,8 @@ void Run::validate(int64_t step, Progress& progress) {
                 v.loss, v.accuracy);
   std::string text = line;
   if (v.structures > 0) {
-    std::snprintf(line, sizeof(line), "; sampled structures: lDDT-CA %.4f, all-atom lDDT %.4f", v.lddt_ca, v.lddt_all);
+    std::snprintf(line, sizeof(line), "; sampled structures: lDDT-CA %.4f, all-atom lDDT %.4f, mirror images %.0f%%",
+                  v.lddt_ca, v.lddt_all, 100 * v.mirrored);
     text += line;
     if (model_->has_confidence()) {
       std::snprintf(line, sizeof(line), ", mean pLDDT %.1f, pTM %.3f, mean PAE %.2f A", v.plddt, v.ptm, v.mean_pae);

@@ -1,6 +1,7 @@
 // Chain permutation of the ground truth: a prediction that swapped the copies of a homodimer is
 // matched back exactly, whatever its rigid motion; chains that are not copies, or copies
-// cropped differently, are never swapped; scores see the matched ground truth.
+// cropped differently, are never swapped; scores see the matched ground truth, and flag mirror
+// images, whose lDDT is perfect.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -77,6 +78,24 @@ TEST(Permutation, SwappedHomodimerCopiesAreMatchedBack) {
   const StructureScores sc = score_structures(two, b);
   EXPECT_NEAR(sc.lddt_all[0].item<float>(), 1.0, 1e-5);
   EXPECT_NEAR(sc.lddt_all[1].item<float>(), 1.0, 1e-5);
+}
+
+TEST(Permutation, ScoresFlagMirrorImagesWhoseLddtIsPerfect) {
+  torch::manual_seed(static_cast<uint64_t>(fresh_seed()));
+  const data::Entry e = data::load_entry(kData + "/3u8v.cif.gz");
+  const data::Batch b = data::make_batch({&e}, {{}}, 0);
+  const int64_t A = b.n_tokens() * kMaxAtomsPerToken;
+  const at::Tensor gt = b.atom_coords.reshape({1, A, 3});
+  const at::Tensor flip = torch::tensor({-1.f, 1.f, 1.f});
+  const at::Tensor mirror = rigidly_moved(gt * flip);
+  // Noise of 1 A keeps the hand; a reflection of the noisy copy swaps it.
+  const at::Tensor noisy = rigidly_moved(gt + torch::randn({1, A, 3}));
+  const StructureScores sc = score_structures(at::cat({rigidly_moved(gt), mirror, noisy, noisy * flip}), b);
+  EXPECT_NEAR(sc.lddt_all[1].item<float>(), 1.0, 1e-5);  // distances alone cannot tell
+  EXPECT_TRUE(at::equal(sc.mirrored, torch::tensor({0.f, 1.f, 0.f, 1.f})));
+  // Three points have no hand.
+  const at::Tensor three = torch::randn({1, 3, 3}, torch::kDouble);
+  EXPECT_EQ(mirror_images(three * flip.to(at::kDouble), three, torch::ones({1, 3})).item<float>(), 0.f);
 }
 
 TEST(Permutation, OnlyCopiesWithTheSameResiduesSwap) {

@@ -71,6 +71,7 @@ def test_predict_structure_keeps_chains_numbering_and_writes_plddt(megafold_bin,
     for row in summary["samples"]:
         assert 0 <= row["plddt_mean"] <= 100
         assert 0 <= row["lddt_ca"] <= 1 and 0 <= row["lddt_all_atom"] <= 1
+        assert isinstance(row["mirror_image"], bool)
     # The best-ranked of the two is also the top-level model; the CSV lists both, best first.
     best = summary["ranking"][0]
     assert (out / "1a8o_model.cif").read_text() == sample_file(out, "1a8o", 3, best).read_text()
@@ -88,7 +89,9 @@ def test_predict_structure_keeps_chains_numbering_and_writes_plddt(megafold_bin,
     assert sample_file(again, "1a8o", 3, 1).read_text() == sample_file(out, "1a8o", 3, 1).read_text()
     ev = run(megafold_bin, "eval", "--checkpoint", checkpoint, "--data", out, "--out", tmp_path / "self.json")
     assert ev.returncode == 0, ev.stderr
-    assert json.loads((tmp_path / "self.json").read_text())["entries"] == 3  # two samples and the top one
+    scored = json.loads((tmp_path / "self.json").read_text())
+    assert scored["entries"] == 3  # two samples and the top one
+    assert 0 <= scored["mirror_images"] <= 1 and all(0 <= r["mirror_images"] <= 1 for r in scored["rows"])
 
 
 def predict_fasta(megafold_bin, checkpoint, tmp_path, name, records, *options):
