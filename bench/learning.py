@@ -6,7 +6,8 @@ Trains `megafold train` with the built-in cpu-diffusion config (or --base) on a 
 holding only the chosen bundled entry, with data.overfit (train and validate on that entry), no dropout
 and a short EMA, and writes one row per validation to --out (bench/results/learning.json):
 test, steps, lddt_ca, lddt_all_atom, the all-atom lDDT of each molecule type the entry has
-(lddt_protein, lddt_dna, lddt_rna, lddt_ligand), with a confidence head pTM, mean PAE and (with
+(lddt_protein, lddt_dna, lddt_rna, lddt_ligand), whether the sampled structure is the entry's
+mirror image (mirrored, which lDDT cannot see), with a confidence head pTM, mean PAE and (with
 several chains) ipTM, device, commit, date.
 
 usage: python3 bench/learning.py --bin build/megafold --entry 1a8o --steps 1500 \
@@ -14,7 +15,8 @@ usage: python3 bench/learning.py --bin build/megafold --entry 1a8o --steps 1500 
        python3 bench/learning.py --bin build/megafold --entry 1lcd --name overfit-protein-dna --crop 80 ...
        python3 bench/learning.py --bin build/megafold --entry 4cup --name overfit-protein-ligand --crop 136 ...
        python3 bench/learning.py --bin build/megafold --entry 3u8v --name overfit-homodimer --crop 168 \
-           --set model.confidence.n_blocks=1 --set model.confidence.every=1 ...
+           --set model.confidence.n_blocks=1 --set model.confidence.every=1 \
+           --set model.confidence.rollout_steps=20 --set model.diffusion.samples=16 ...
 
 --run DIR keeps the run folder (checkpoints at every validation); run the same command again to
 resume a run that was cut short, or record what it has with --from-run DIR --entry ENTRY.
@@ -116,7 +118,7 @@ def record_run(run, out, device, rev, entry=None):
         {"test": test, **({"entry": entry} if entry else {}), "steps": r["step"],
          "lddt_ca": round(r["lddt_ca"], 4), "lddt_all_atom": round(r["lddt_all_atom"], 4),
          **({t: round(r[t], 4) for t in types if t in r} if overfit else {}),
-         **({k: round(r[k], 4) for k in ("ptm", "iptm", "mean_pae") if k in r} if overfit else {}),
+         **({k: round(r[k], 4) for k in ("ptm", "iptm", "mean_pae", "mirrored") if k in r} if overfit else {}),
          **({} if overfit else {"plddt": round(r["plddt"], 2) if "plddt" in r else None}),
          "distogram_loss": round(r["distogram_loss"], 4), "device": device, "commit": rev, "date": date}
         for r in rows]}
