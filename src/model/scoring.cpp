@@ -21,7 +21,7 @@ at::Tensor atom_token_index(int64_t R, int64_t N, const at::Device& device) {
 
 at::Tensor mirror_images(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& mask) {
   c10::AutoGradMode no_grad(false);
-  const at::Tensor xd = x.detach().to(at::kDouble), rd = ref.detach().to(ref.device(), at::kDouble);
+  const at::Tensor xd = x.detach().to(at::kDouble), rd = ref.detach().to(xd.device(), at::kDouble);
   const at::Tensor m = mask.detach().to(xd.device(), at::kDouble);
   auto rmsd_to = [&](const at::Tensor& target) {
     const at::Tensor moved = weighted_rigid_align(xd, target, m);

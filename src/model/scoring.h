@@ -30,7 +30,9 @@ inline constexpr double kPocketRadius = 10.0;  // Angstrom, as PoseBusters defin
 // itself, both superposed by proper rotations (weighted_rigid_align): x, ref [R, N, 3] (token
 // centre atoms), mask [R, N] -> [R] float 1 / 0; 0 for rows with fewer than 4 masked points.
 // lDDT, distance errors and the smooth lDDT loss cannot tell a structure from its mirror image;
-// aligned errors (PAE) and the aligned MSE can.
+// aligned errors (PAE) and the aligned MSE can. A structure far from its reference (an early
+// rollout, a collapsed sample) fits both about equally: its flag is then a coin flip, so a
+// fraction near 0.5 means "no hand", not "half are mirrored", unless the structures are good.
 at::Tensor mirror_images(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& mask);
 
 // Token index of every atom slot of the dense layout, [R, N * kMaxAtomsPerToken] int64: the
