@@ -51,6 +51,7 @@ int inspect_main(const std::vector<std::string>& args);
 int loader_main(const std::vector<std::string>& args);
 int block_main(const std::vector<std::string>& args);
 int shard_check_main(const std::vector<std::string>& args);
+int hand_probe_main(const std::vector<std::string>& args);
 int fit_main(const std::vector<std::string>& args);
 int memory_main(const std::vector<std::string>& args);
 int config_main(const std::vector<std::string>& args);

@@ -21,7 +21,7 @@ constexpr const char* kUsage =
     "  fit     train a workload a few steps at one crop and memory mode: step time, peak memory\n"
     "  memory  per-module memory of a training step of the whole model\n"
     "  config  the resolved config of a name or file, with --set applied (show), or the built-in names (list)\n"
-    "  dev     benchmarks and verifiers: dev block, dev loader, dev shard-check\n\n"
+    "  dev     benchmarks and verifiers: dev block, dev loader, dev shard-check, dev hand-probe\n\n"
     "Run 'megafold <command> --help' for the options of a command.\n";
 
 constexpr const char* kDevUsage =
@@ -30,7 +30,8 @@ constexpr const char* kDevUsage =
     "  block        time one Pairformer block forward and backward (kernels or references)\n"
     "  loader       measure loader throughput (samples/s) from raw files or a cache\n"
     "  shard-check  check the row-sharded pair stack against the unsharded one on P ranks\n"
-    "  synth-cache  write a feature cache of many synthetic entries (loader benchmarks at scale)\n\n"
+    "  synth-cache  write a feature cache of many synthetic entries (loader benchmarks at scale)\n"
+    "  hand-probe   whether a checkpoint's denoiser keeps a structure's hand or its mirror image's\n\n"
     "Run 'megafold dev <command> --help' for its options.\n";
 
 int dev_main(std::vector<std::string> args) {
@@ -44,6 +45,7 @@ int dev_main(std::vector<std::string> args) {
   if (command == "loader") return megafold::cli::loader_main(args);
   if (command == "shard-check") return megafold::cli::shard_check_main(args);
   if (command == "synth-cache") return megafold::cli::synth_cache_main(args);
+  if (command == "hand-probe") return megafold::cli::hand_probe_main(args);
   std::cerr << "megafold dev: unknown command '" << command << "'\n\n" << kDevUsage;
   return 2;
 }

@@ -62,10 +62,7 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
     throw Error(text);
   }
   at::NoGradGuard no_grad;
-  // The training run's MSA depth; the rows drawn depend on the seed as everything else does.
-  // Templates: each chain's top data.max_templates (AF3 SI 2.4 at inference).
-  const data::Batch batch =
-      data::make_batch({&e}, {{}}, 0, {cfg_.data.msa_rows, seed}, {cfg_.data.max_templates, false, 0}).to(device_);
+  const data::Batch batch = this->batch(e, seed);
   model::Prediction p;
   {
     AutocastScope ac(at::kCUDA, autocast_, at::kBFloat16);
@@ -100,6 +97,24 @@ PredictedEntry Predictor::predict(const data::Entry& e, int64_t samples, uint64_
     }
   }
   return r;
+}
+
+data::Batch Predictor::batch(const data::Entry& e, uint64_t seed) const {
+  // The training run's MSA depth; the rows drawn depend on the seed as everything else does.
+  // Templates: each chain's top data.max_templates (AF3 SI 2.4 at inference).
+  return data::make_batch({&e}, {{}}, 0, {cfg_.data.msa_rows, seed}, {cfg_.data.max_templates, false, 0}).to(device_);
+}
+
+std::vector<model::HandProbeRow> Predictor::probe_hand(const data::Entry& e, const std::vector<double>& noise,
+                                                       int64_t draws, uint64_t seed) {
+  MF_CHECK(std::any_of(e.atom_mask.begin(), e.atom_mask.end(), [](uint8_t m) { return m != 0; }),
+           e.name, ": the hand probe needs a structure's coordinates (mmCIF/PDB input), not sequences");
+  at::NoGradGuard no_grad;
+  const data::Batch b = batch(e, seed);
+  const AutocastScope ac(at::kCUDA, autocast_, at::kBFloat16);
+  const model::TrunkOutput out = model_->forward(b, 0);
+  const model::TrunkContext ctx{&b, out.s_inputs, out.s, out.z};
+  return model::probe_hand(model_->diffusion(), ctx, noise, draws, seed);
 }
 
 std::vector<uint8_t> predicted_atom_mask(const data::Entry& e) {

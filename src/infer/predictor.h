@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/structure.h"
+#include "model/hand_probe.h"
 #include "model/model.h"
 #include "core/checkpoint.h"
 #include "config/config.h"
@@ -48,11 +49,16 @@ class Predictor {
   Predictor(const std::string& checkpoint, const PredictOptions& opts);
   // All tokens of `e` (no crop), `samples` structures, deterministic in `seed`.
   PredictedEntry predict(const data::Entry& e, int64_t samples, uint64_t seed);
+  // model/hand_probe.h on all tokens of `e`, with the trunk pass predict() would make.
+  std::vector<model::HandProbeRow> probe_hand(const data::Entry& e, const std::vector<double>& noise, int64_t draws,
+                                              uint64_t seed);
   const config::TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
   const c10::Device& device() const { return device_; }
 
  private:
+  // The batch predict() makes of all tokens of `e` (MSA rows drawn with `seed`), on the device.
+  data::Batch batch(const data::Entry& e, uint64_t seed) const;
   // The checkpoint read once for both its config and its weights.
   Predictor(megafold::CheckpointReader reader, const std::string& checkpoint, const PredictOptions& opts);
 

@@ -10,7 +10,7 @@ def test_help_everywhere(megafold_bin):
     top = run(megafold_bin, "--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("info", "train", "predict", "eval"))
     for cmd in ("info", "train", "predict", "eval", "export", "config", "cache", "dev block", "dev loader",
-                "dev shard-check"):
+                "dev shard-check", "dev hand-probe"):
         r = run(megafold_bin, *cmd.split(), "--help")
         assert r.returncode == 0, cmd
         assert r.stdout.startswith(f"usage: megafold {cmd}"), r.stdout

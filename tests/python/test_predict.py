@@ -94,6 +94,30 @@ def test_predict_structure_keeps_chains_numbering_and_writes_plddt(megafold_bin,
     assert 0 <= scored["mirror_images"] <= 1 and all(0 <= r["mirror_images"] <= 1 for r in scored["rows"])
 
 
+def test_hand_probe(megafold_bin, checkpoint, source_dir, tmp_path):
+    """dev hand-probe: one row per noise level, fractions of 16ths, the same for the same seed; it
+    needs coordinates, so sequences are refused with a reason."""
+    def probe(out, seed):
+        r = run(megafold_bin, "dev", "hand-probe", "--checkpoint", checkpoint, "--input",
+                source_dir / "data/pdb/1a8o.cif.gz", "--noise", "0.5,60", "--draws", "16", "--seed", str(seed),
+                "--device", "cpu", "--out", out)
+        assert r.returncode == 0, r.stderr
+        assert "from mirror" in r.stdout
+        return json.loads(out.read_text())["rows"]
+    rows = probe(tmp_path / "a.json", 1)
+    assert [row["t"] for row in rows] == [0.5, 60]
+    for row in rows:
+        for key in ("from_truth", "from_mirror"):
+            assert 0 <= row[key] <= 1 and (row[key] * 16).is_integer()
+    assert probe(tmp_path / "b.json", 1) == rows
+    fasta = tmp_path / "seq.fasta"
+    fasta.write_text(">A\nMKTAYIAKQR\n")
+    r = run(megafold_bin, "dev", "hand-probe", "--checkpoint", checkpoint, "--input", fasta, "--device", "cpu")
+    assert r.returncode == 1 and "needs a structure's coordinates" in r.stderr
+    r = run(megafold_bin, "dev", "hand-probe", "--checkpoint", checkpoint, "--input", fasta, "--noise", "1,x")
+    assert r.returncode == 1 and "--noise: 'x' is not a positive number" in r.stderr
+
+
 def predict_fasta(megafold_bin, checkpoint, tmp_path, name, records, *options):
     """Writes `records` to <tmp>/<name>.fasta and predicts one sample into <tmp>/out."""
     fasta = tmp_path / f"{name}.fasta"
