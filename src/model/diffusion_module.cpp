@@ -117,6 +117,13 @@ at::Tensor DiffusionModuleImpl::forward(const at::Tensor& x_noisy, const at::Ten
   return sd * sd / (sd * sd + t3 * t3) * x_noisy + sd * t3 / at::sqrt(sd * sd + t3 * t3) * r_update;
 }
 
+at::Tensor ground_truth_atoms(const DiffusionModuleImpl::Prepared& p, const data::Batch& b) {
+  const at::Tensor gt = p.layout->from_dense(b.atom_coords.reshape({b.size(), b.n_tokens() * kMaxAtomsPerToken, 3}));
+  const at::Tensor resolved = p.loss_mask.unsqueeze(-1).to(gt.scalar_type());
+  const at::Tensor centroid = (gt * resolved).sum(1, true) / resolved.sum(1, true).clamp_min(1);
+  return gt * resolved + centroid * (1 - resolved);
+}
+
 at::Tensor centre_random_augmentation(const at::Tensor& x, const at::Tensor& mask, at::Generator& gen,
                                       double s_trans) {
   const at::Tensor m = mask.to(x.scalar_type()).unsqueeze(-1);
@@ -166,13 +173,7 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
   const at::Tensor weight = per_sample(prep.atom_weight.to(opts), samples);
   const at::Tensor radius = per_sample(prep.atom_radius.to(opts), samples);
   const at::Tensor bond_atoms = per_sample(b.bond_atoms, samples), bond_mask = per_sample(b.bond_mask.to(opts), samples);
-  at::Tensor gt_atoms = prep.layout->from_dense(b.atom_coords.reshape({B, b.n_tokens() * kMaxAtomsPerToken, 3}));
-  // Unresolved atoms (which the network sees, the losses not) start from the resolved atoms'
-  // centroid rather than the file frame's origin, so their noisy positions stay near the molecule.
-  const at::Tensor resolved = prep.loss_mask.unsqueeze(-1).to(gt_atoms.scalar_type());
-  const at::Tensor centroid = (gt_atoms * resolved).sum(1, true) / resolved.sum(1, true).clamp_min(1);
-  gt_atoms = gt_atoms * resolved + centroid * (1 - resolved);
-  const at::Tensor gt = centre_random_augmentation(per_sample(gt_atoms.to(opts), samples), mask, gen);
+  const at::Tensor gt = centre_random_augmentation(per_sample(ground_truth_atoms(prep, b).to(opts), samples), mask, gen);
   const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
   const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
   std::vector<at::Tensor> sums;

@@ -70,6 +70,11 @@ class DiffusionModuleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DiffusionModule);
 
+// The batch's ground truth in the network's atom layout [B, A, 3] (the batch's dtype), with its
+// unresolved atoms (which the network sees, the losses not) at the resolved atoms' centroid
+// rather than the file frame's origin, so their noisy copies stay near the molecule.
+at::Tensor ground_truth_atoms(const DiffusionModuleImpl::Prepared& p, const data::Batch& b);
+
 // AF3 SI Alg. 19: centre each row on the mean of its masked atoms, rotate it by a uniformly
 // random rotation and shift it by s_trans * N(0, I). x [R, A, 3], mask [R, A]. All draws come
 // from `gen` (a CPU generator), so results do not depend on the device.

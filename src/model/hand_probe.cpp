@@ -20,29 +20,25 @@ std::vector<HandProbeRow> probe_hand(DiffusionModule& module, const TrunkContext
   const auto prep = module->prepare(ctx);
   const auto opts = ctx.s_trunk.options();
   const AtomLayout& layout = *prep.layout;
-  // The ground truth in the network's atom layout, unresolved atoms at the resolved centroid.
-  const at::Tensor resolved = prep.loss_mask.unsqueeze(-1).to(opts);
-  at::Tensor gt = layout.from_dense(b.atom_coords.reshape({B, D, 3}).to(opts));
-  gt = gt * resolved + (gt * resolved).sum(1, true) / resolved.sum(1, true).clamp_min(1) * (1 - resolved);
-  const at::Tensor flip = at::tensor({-1.0, 1.0, 1.0}, at::TensorOptions().dtype(at::kDouble)).to(opts);
+  const at::Tensor truth = ground_truth_atoms(prep, b).to(opts).repeat_interleave(draws, 0);
+  const at::Tensor mirror = truth * at::tensor({-1.0, 1.0, 1.0}, at::TensorOptions().dtype(at::kDouble)).to(opts);
   const at::Tensor centre_mask = (b.centre_mask * b.token_mask).repeat_interleave(draws, 0);
   const at::Tensor truth_centres =
       slot_atoms(b.atom_coords.reshape({B, D, 3}).to(opts), b.centre_slot).repeat_interleave(draws, 0);
   const at::Tensor mask = prep.atom_mask.repeat_interleave(draws, 0);
   const at::Tensor slots = b.centre_slot.repeat_interleave(draws, 0);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto fraction_mirrored = [&](const at::Tensor& source, double t) {
-    const at::Tensor x = centre_random_augmentation(source.repeat_interleave(draws, 0), mask, gen) +
-                         t * at::randn(source.repeat_interleave(draws, 0).sizes(), gen,
-                                       at::TensorOptions().dtype(at::kDouble)).to(opts);
+  auto fraction_mirrored = [&](const at::Tensor& copies, double t) {
+    const at::Tensor x = centre_random_augmentation(copies, mask, gen) +
+                         t * at::randn(copies.sizes(), gen, at::TensorOptions().dtype(at::kDouble)).to(opts);
     const at::Tensor denoised = module(x, at::full({B * draws}, t, opts), prep);
     return mirror_images(slot_atoms(layout.to_dense(denoised), slots), truth_centres, centre_mask).mean().item<double>();
   };
   std::vector<HandProbeRow> rows;
   for (const double t : noise) {
     MF_CHECK(t > 0, "probe_hand: noise levels must be > 0, got ", t);
-    const double from_truth = fraction_mirrored(gt, t);
-    rows.push_back({t, from_truth, fraction_mirrored(gt * flip, t)});
+    const double from_truth = fraction_mirrored(truth, t);
+    rows.push_back({t, from_truth, fraction_mirrored(mirror, t)});
   }
   return rows;
 }

@@ -101,8 +101,9 @@ StructureScores score_in_order(const at::Tensor& pred, const data::Batch& batch)
   const at::Tensor centre = rows(batch.centre_slot.to(p.device()));
   const at::Tensor centre_mask = rows((batch.centre_mask * batch.token_mask).to(p.device(), at::kDouble));
   const at::Tensor token_ids = at::arange(N, i64).expand({R, N});
-  out.lddt_ca = lddt(slot_atoms(p, centre), slot_atoms(gt, centre), centre_mask, token_ids).score.to(at::kFloat);
-  out.mirrored = mirror_images(slot_atoms(p, centre), slot_atoms(gt, centre), centre_mask);
+  const at::Tensor p_centres = slot_atoms(p, centre), gt_centres = slot_atoms(gt, centre);
+  out.lddt_ca = lddt(p_centres, gt_centres, centre_mask, token_ids).score.to(at::kFloat);
+  out.mirrored = mirror_images(p_centres, gt_centres, centre_mask);
 
   // All-atom lDDT per atom over the resolved atoms only, then globally and per molecule type.
   const auto [index, kmask] = resolved_first(mask);
