@@ -96,7 +96,7 @@ void keys(S& d, auto&& f) {
   f("c_atompair", d.c_atompair), f("atom_blocks", d.atom_blocks), f("atom_heads", d.atom_heads);
   f("samples", d.samples), f("weight", d.weight), f("sampler_steps", d.sampler_steps);
   f("sample_chunk", d.sample_chunk), f("bond_weight", d.bond_weight);
-  f("mirror_fraction", d.mirror_fraction);
+  f("reflect_mirror_images", d.reflect_mirror_images);
 }
 
 template <typename S>
@@ -350,8 +350,6 @@ void validate(const TrainConfig& c, const std::string& origin) {
       throw Error(origin + ": 'model.diffusion.sigma_data' must be > 0 and 'weight' >= 0");
     non_negative(d.sample_chunk, "model.diffusion.sample_chunk");
     non_negative(d.bond_weight, "model.diffusion.bond_weight");
-    if (!(d.mirror_fraction >= 0 && d.mirror_fraction <= 1))
-      throw Error(origin + ": 'model.diffusion.mirror_fraction' must be in [0, 1]");
   }
   positive(c.model.recycles, "model.recycles");
   non_negative(c.model.memory_chunk_pairs, "model.memory_chunk_pairs");

@@ -23,16 +23,13 @@ struct DiffusionConfig {
   double weight = 4.0;          // alpha_diffusion (AF3 SI Sec. 4.2)
   double bond_weight = 0.0;     // alpha_bond (AF3 SI Eq. 5-6): 0 in initial training, 1 when fine-tuning
   int64_t sampler_steps = 200;  // Alg. 18 steps when sampling (validation, prediction)
+  // Reflect sampled structures whose stereocentres mostly have the opposite hand to their
+  // reference conformers' (model/chirality.h): in validation, prediction and the confidence
+  // head's rollouts. Not in AF3, whose authors advise filtering samples by chirality.
+  bool reflect_mirror_images = true;
   // Samples per chunk of the training loss: each chunk's module activations are recomputed in
   // backward, so memory holds one chunk at a time (AF3 runs 48 samples); 0 = all at once.
   int64_t sample_chunk = 0;
-  // Fraction of the training rows with t >= sigma_data whose noisy input is reflected while
-  // the target keeps its hand. Every loss is blind to a reflection except the aligned MSE, and
-  // the forward process almost never shows the denoiser a noisy mirror image, so an untaught
-  // denoiser copies whatever hand the noise suggests and samples come out mirrored about half
-  // the time; these rows teach it to answer with the true hand (the Bayes-optimal denoiser of
-  // rotated copies of a chiral structure does). Not in AF3; 0 leaves the loss as AF3 has it.
-  double mirror_fraction = 0.0;
 };
 
 // Confidence head: pLDDT, PAE, PDE and experimentally-resolved (AF3 SI Alg. 31 and Sec. 4.3).

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "data/residue_constants.h"
+#include "model/chirality.h"
 #include "model/memory_plan.h"
 #include "model/recompute.h"
 #include "model/structure_losses.h"
@@ -134,22 +135,6 @@ at::Tensor centre_random_augmentation(const at::Tensor& x, const at::Tensor& mas
   return at::matmul(x - centre, rot.transpose(1, 2)) + shift;
 }
 
-at::Tensor reflect_noisy_inputs(const at::Tensor& x_noisy, const at::Tensor& gt, const at::Tensor& mask,
-                                const at::Tensor& t, double sigma_data, double fraction, at::Generator& gen) {
-  if (fraction <= 0) return x_noisy;
-  const int64_t R = x_noisy.size(0);
-  // Drawn in double on the generator's device, as every other draw of the loss.
-  const at::Tensor u = at::rand({R}, gen, at::TensorOptions().dtype(at::kDouble)).to(t.device());
-  const at::Tensor flip = (u < fraction).logical_and(t >= sigma_data);
-  const at::Tensor m = mask.to(gt.scalar_type()).unsqueeze(-1);
-  const at::Tensor c = ((gt * m).sum(1, true) / m.sum(1, true).clamp_min(1)).select(2, 0);  // [R, 1]
-  // x -> 2c - x on the first coordinate: one reflection, and the random rotation already drawn
-  // for the target makes its plane a random one.
-  const at::Tensor x0 = x_noisy.select(2, 0);
-  const at::Tensor x0_flipped = at::where(flip.unsqueeze(1), 2 * c - x0, x0);
-  return at::cat({x0_flipped.unsqueeze(2), x_noisy.narrow(2, 1, 2)}, 2);
-}
-
 namespace {
 
 // Loss terms of some rows of the diffusion batch, summed: weighted MSE + smooth lDDT (the
@@ -191,8 +176,7 @@ DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, i
   const at::Tensor bond_atoms = per_sample(b.bond_atoms, samples), bond_mask = per_sample(b.bond_mask.to(opts), samples);
   const at::Tensor gt = centre_random_augmentation(per_sample(ground_truth_atoms(prep, b).to(opts), samples), mask, gen);
   const at::Tensor t = sd * at::exp(-1.2 + 1.5 * randn({R}, gen, opts));
-  const at::Tensor x_noisy = reflect_noisy_inputs(gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts), gt, mask,
-                                                   t, sd, module->config().mirror_fraction, gen);
+  const at::Tensor x_noisy = gt + t.view({R, 1, 1}) * randn({R, A, 3}, gen, opts);
   std::vector<at::Tensor> sums;
   if (chunk <= 0 || chunk >= samples) {
     sums = row_loss(module, prep, {x_noisy, t, gt, mask, weight, radius, bond_atoms, bond_mask});
@@ -269,7 +253,10 @@ at::Tensor sample_structures(DiffusionModule& module, const TrunkContext& ctx, i
     const at::Tensor denoised = module(x_noisy, at::full({R}, t_hat, opts), prep);
     x = x_noisy + cfg.step_scale * (c_now - t_hat) * (x_noisy - denoised) / t_hat;
   }
-  return prep.layout->to_dense(x);
+  const at::Tensor dense = prep.layout->to_dense(x);
+  if (!cfg.reflect_mirror_images) return dense;
+  const data::Batch& b = *ctx.batch;
+  return reflect_mirror_images(dense, chiral_centres(b), b.ref.mask.reshape({b.size(), -1})).x;
 }
 
 }  // namespace megafold::model

@@ -92,18 +92,12 @@ struct DiffusionLoss {
 // [R, A, 3], bond_atoms [R, NB, 2] int64 atom indices, bond_mask [R, NB] -> [R] (0 without bonds).
 at::Tensor bond_loss(const at::Tensor& x, const at::Tensor& gt, const at::Tensor& bond_atoms, const at::Tensor& bond_mask);
 
-// Reflects the noisy input of rows with t >= sigma_data, each with probability `fraction`
-// (DiffusionConfig::mirror_fraction), through the plane x = c of its target's masked centroid
-// c; the targets keep their hand. x_noisy and gt [R, A, 3], mask [R, A], t [R]. Draws from
-// `gen` only when fraction > 0.
-at::Tensor reflect_noisy_inputs(const at::Tensor& x_noisy, const at::Tensor& gt, const at::Tensor& mask,
-                                const at::Tensor& t, double sigma_data, double fraction, at::Generator& gen);
-
 // AF3 SI Sec. 3.7.1: per example `samples` noisy copies of the augmented ground truth with
 // t = sigma_data * exp(-1.2 + 1.5 N(0, 1)); loss weight (t^2 + sigma_data^2) / (t sigma_data)^2
 // on the aligned MSE plus alpha_bond times the bond loss (the EDM weight, as Protenix and Boltz
-// read AF3's Eq. 6), with the mirrored rows of reflect_noisy_inputs. Deterministic in `seed`. chunk > 0 runs the samples in chunks of that many, each recomputed in backward
-// (same loss and gradients, activation memory of one chunk); 0 runs them all at once.
+// read AF3's Eq. 6). Deterministic in `seed`. chunk > 0 runs the samples in chunks of that
+// many, each recomputed in backward (same loss and gradients, activation memory of one chunk);
+// 0 runs them all at once.
 DiffusionLoss diffusion_loss(DiffusionModule& module, const TrunkContext& ctx, int64_t samples, int64_t chunk,
                              uint64_t seed);
 
@@ -111,6 +105,8 @@ struct SamplerConfig {
   int64_t steps = 200;
   double gamma0 = 0.8, gamma_min = 1.0, noise_scale = 1.003, step_scale = 1.5;
   double s_max = 160.0, s_min = 4e-4, rho = 7.0;  // noise schedule (AF3 SI Sec. 3.7.1)
+  // Reflect samples whose stereocentres mostly have the wrong hand (chirality.h; not in AF3).
+  bool reflect_mirror_images = true;
 };
 
 // c_tau = sigma_data * (s_max^(1/rho) + tau (s_min^(1/rho) - s_max^(1/rho)))^rho for tau = 0,
@@ -118,8 +114,8 @@ struct SamplerConfig {
 at::Tensor noise_schedule(const SamplerConfig& cfg, double sigma_data);
 
 // AF3 SI Alg. 18: `samples` structures per example from noise, without gradients, in the dense
-// layout [B * samples, N * kMaxAtomsPerToken, 3] (zeros in slots without an atom).
-// Deterministic in `seed`.
+// layout [B * samples, N * kMaxAtomsPerToken, 3] (zeros in slots without an atom), mirror images
+// reflected when cfg.reflect_mirror_images. Deterministic in `seed`.
 at::Tensor sample_structures(DiffusionModule& module, const TrunkContext& ctx, int64_t samples,
                              const SamplerConfig& cfg, uint64_t seed);
 

@@ -88,6 +88,7 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   if (rollout) {
     SamplerConfig sc;
     sc.steps = cfg_.confidence.rollout_steps;
+    sc.reflect_mirror_images = cfg_.diffusion.reflect_mirror_images;
     x = sample_structures(diffusion_, ctx, 1, sc, mix_seed(noise_seed, 1));
     matched = permute_ground_truth(x, batch);
   }
@@ -123,6 +124,7 @@ at::Tensor MegaFoldImpl::sample(const data::Batch& batch, const TrunkOutput& out
   const TrunkContext ctx{&batch, out.s_inputs, out.s, out.z};
   SamplerConfig sc;
   sc.steps = cfg_.diffusion.sampler_steps;
+  sc.reflect_mirror_images = cfg_.diffusion.reflect_mirror_images;
   return sample_structures(diffusion_, ctx, samples, sc, seed);
 }
 

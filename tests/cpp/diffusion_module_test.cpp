@@ -85,34 +85,6 @@ TEST_F(DiffusionModuleTest, AugmentationIsARigidMotionOfTheCentredRows) {
   EXPECT_LT(centre.abs().max().item<double>(), 1e-9);
 }
 
-// Mirrored rows: only rows with t >= sigma_data may be reflected, about the target's masked
-// centroid (so the reflected input is the target's mirror image plus reflected noise), and a
-// fraction of 0 draws nothing and returns the input itself.
-TEST_F(DiffusionModuleTest, ReflectedInputsAreMirrorImagesAboutTheTargetCentroid) {
-  const int64_t R = 400, A = 17;
-  const at::Tensor gt = torch::randn({R, A, 3}, torch::kDouble) * 8 + 30;
-  at::Tensor mask = torch::ones({R, A}, torch::kDouble);
-  mask.narrow(1, 13, 4).zero_();  // unresolved atoms do not move the centroid
-  const at::Tensor t = 16.0 * at::exp(torch::randn({R}, torch::kDouble) * 1.5 - 1.2);
-  const at::Tensor noise = torch::randn({R, A, 3}, torch::kDouble);
-  const at::Tensor x = gt + t.view({R, 1, 1}) * noise;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  EXPECT_TRUE(reflect_noisy_inputs(x, gt, mask, t, 16.0, 0.0, gen).is_same(x));
-  const double fraction = 0.3;
-  const at::Tensor y = reflect_noisy_inputs(x, gt, mask, t, 16.0, fraction, gen);
-  const at::Tensor c = (gt * mask.unsqueeze(-1)).sum(1) / 13;  // [R, 3]
-  const at::Tensor mirrored_x = at::cat({(2 * c.select(1, 0).unsqueeze(1) - x.select(2, 0)).unsqueeze(2),
-                                         x.narrow(2, 1, 2)}, 2);
-  const at::Tensor same = (y - x).abs().amax({1, 2}) == 0;
-  const at::Tensor flipped = (y - mirrored_x).abs().amax({1, 2}) < 1e-9;
-  EXPECT_TRUE(same.logical_xor(flipped).all().item<bool>());  // each row is one or the other
-  EXPECT_FALSE(flipped.logical_and(t < 16.0).any().item<bool>());
-  // Among the rows that may flip, the count is Binomial(n, 0.3): within 5 standard deviations.
-  const double n = (t >= 16.0).sum().item<double>(), k = flipped.sum().item<double>();
-  ASSERT_GT(n, 50);
-  EXPECT_LE(std::abs(k - fraction * n), 5 * std::sqrt(n * fraction * (1 - fraction))) << k << " of " << n;
-}
-
 TEST_F(DiffusionModuleTest, LossReachesTheTrunkAndFollowsItsSeed) {
   auto s = setup();
   DiffusionModule m(s->cfg, s->trunk, 32);
