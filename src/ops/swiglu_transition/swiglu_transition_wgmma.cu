@@ -2,16 +2,18 @@
 // wgmma over weight tiles that TMA brings from L2 (see swiglu_transition_cuda.h for the maths,
 // swiglu_transition_mma.cu for the sm_80 kernel).
 //
-// Both kernels: a block of 128 rows, two warpgroups of 64 rows each and no producer warp:
-// thread 0 keeps a ring of weight slots filled. A slot holds one chunk of 64 hidden features:
-// w_in's a rows and b rows (64 x 128 each) and w_out's columns (128 x 64), six 8 KB panels.
-//   forward   LayerNorm in registers, the rows in shared memory as the A operand; per chunk
+// Both kernels: tiles of 128 rows, two warpgroups of 64 rows each and no producer warp; a
+// ring of weight slots, each holding one chunk of 64 hidden features: w_in's a rows and b rows
+// (64 x 128 each) and w_out's columns (128 x 64), six 8 KB panels.
+//   forward   persistent (a block per SM loops over row tiles; the last warpgroup done with a
+//             slot refills it, so the warpgroups drift apart instead of waiting for each
+//             other, and the next tile's weights arrive during this one); LayerNorm in registers, the rows in shared memory as the A operand; per chunk
 //             a, b = A w_in[chunk]^T (m64n64k16 x 16), h = silu(a) * b packed to 16-bit A
 //             fragments in registers, y += h w_out[:, chunk]^T (m64n64k16 from registers x 8).
 //             The next chunk's a, b are issued together with this chunk's y product, so the
 //             tensor cores hold work while the warpgroup computes its next gate (and the other
 //             warpgroup covers the rest). y leaves through the A tile and TMA stores.
-//   backward  the same rows, and dy by TMA; per chunk a, b and dh = dy w_out[:, chunk] (w_out's
+//   backward  a block per tile, thread 0 refilling the ring; the same rows, and dy by TMA; per chunk a, b and dh = dy w_out[:, chunk] (w_out's
 //             panels read MN-major), then h, da and db in registers: they leave through
 //             staging tiles and TMA stores for the weight gradients, while
 //             dxhat' += [da | db] w_in[chunk] accumulates on chip (A from registers, w_in's
@@ -22,6 +24,8 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include "core/check.h"
 #include "core/cuda_check.h"
@@ -153,36 +157,34 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tma_wgmma_forward_kernel(const __grid_constant__ Maps maps, const SwigluTransitionParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   extern __shared__ unsigned char raw[];
-  __shared__ Ring<Tr::kForwardStages> ring;
+  __shared__ SelfFilledRing<Tr::kForwardStages, Tr::kWarpgroups> ring;
   unsigned char* a_s = aligned_1024(raw);                       // [warpgroup][2 panels]
   unsigned char* slots = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;  // [slot][6 panels]
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows + wg * 64;
+  const bool leader = threadIdx.x % 128 == 0;
   const int chunks = static_cast<int>(p.h / Tr::kChunk);
+  // Persistent: this block takes row tiles blockIdx.x, + gridDim.x, ...; its ring steps run
+  // through every chunk of every tile, so the next tile's first weights arrive during this
+  // tile's last chunks.
+  const int64_t tiles = (p.M + Tr::kBlockRows - 1) / Tr::kBlockRows;
+  const int steps = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * chunks;
   if (threadIdx.x == 0) {
-    ring.init(Tr::kThreads);
+    ring.init();
     barrier_init_fence();
   }
   __syncthreads();
-  auto load = [&](int j) {
-    const int s = ring.acquire(j, Tr::kSlot);
-    load_weights(slots + s * Tr::kSlot, maps, ring.filled(s), p.h, j);
+  auto load = [&](int step) {
+    const int s = ring.arm(step, Tr::kSlot);
+    load_weights(slots + s * Tr::kSlot, maps, ring.filled(s), p.h, step % chunks);
   };
   if (threadIdx.x == 0)
-    for (int j = 0; j < Tr::kForwardStages && j < chunks; ++j) load(j);
+    for (int step = 0; step < Tr::kForwardStages && step < steps; ++step) load(step);
 
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
-  layer_norm_rows<Tin, T>(a_tile, p, row0, nullptr, nullptr, nullptr);
-  fence_async_shared();  // wgmma reads the tile through the async proxy
-  named_barrier(1 + wg, 128);
-
   const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
   float acc_a[32], acc_b[32], y[2][32];
   uint32_t hf[4][4];
-  // (acc_a, acc_b zeroed too: ptxas fences registers it sees defined nowhere, C7519.)
-#pragma unroll
-  for (int i = 0; i < 32; ++i) y[0][i] = y[1][i] = acc_a[i] = acc_b[i] = 0.f;
   // h = silu(a) * b of the chunk in acc_a, acc_b, as A fragments.
   auto gate = [&] {
 #pragma unroll
@@ -202,7 +204,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int ks = 0; ks < 4; ++ks) wgmma_64x64_rs<T>(y[nh], hf[ks], desc_add(b, 32 * ks), true);
     }
   };
-  auto finish = [&](int j) {
+  // Waits for the step's products; the last warpgroup done with its slot refills it for the
+  // step kForwardStages ahead, so neither warpgroup waits for the other.
+  auto finish = [&](int step) {
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(hf);
@@ -210,47 +214,63 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(acc_b);
     fence_registers(y[0]);
     fence_registers(y[1]);
-    ring.release(j % Tr::kForwardStages);
-    if (threadIdx.x == 0 && j + Tr::kForwardStages < chunks) load(j + Tr::kForwardStages);
+    if (ring.release(step % Tr::kForwardStages, wg) && step + Tr::kForwardStages < steps)
+      load(step + Tr::kForwardStages);
   };
-  wgmma_fence();
-  issue_projection<T>(acc_a, acc_b, a_lo, a_hi, slots + ring.wait(0) * Tr::kSlot);
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_registers(acc_a);
-  fence_registers(acc_b);
-  // Chunk j's y product goes out together with chunk j + 1's projections; the last chunk's
-  // alone (no wgmma under a branch: ptxas would serialise them all, C7520).
-  for (int j = 0; j + 1 < chunks; ++j) {
-    gate();
-    const unsigned char* next = slots + ring.wait(j + 1) * Tr::kSlot;
-    wgmma_fence();
-    issue_down(slots + (j % Tr::kForwardStages) * Tr::kSlot);
-    issue_projection<T>(acc_a, acc_b, a_lo, a_hi, next);
-    finish(j);
-  }
-  gate();
-  wgmma_fence();
-  issue_down(slots + ((chunks - 1) % Tr::kForwardStages) * Tr::kSlot);
-  finish(chunks - 1);
 
-  // y through the A tile (its last reader has completed) and two TMA stores of 64 x 64.
+  int step = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t row0 = tile * Tr::kBlockRows + wg * 64;
+    // The A tile carried the previous tile's y: its store must have read it.
+    if (leader) tma_store_wait_read<0>();
+    named_barrier(1 + wg, 128);
+    layer_norm_rows<Tin, T>(a_tile, p, row0, nullptr, nullptr, nullptr);
+    fence_async_shared();  // wgmma reads the tile through the async proxy
+    named_barrier(1 + wg, 128);
+    // (acc_a, acc_b zeroed too: ptxas fences registers it sees defined nowhere, C7519.)
 #pragma unroll
-  for (int nh = 0; nh < 2; ++nh)
+    for (int i = 0; i < 32; ++i) y[0][i] = y[1][i] = acc_a[i] = acc_b[i] = 0.f;
+    wgmma_fence();
+    issue_projection<T>(acc_a, acc_b, a_lo, a_hi, slots + ring.wait(step) * Tr::kSlot);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(acc_a);
+    fence_registers(acc_b);
+    // Chunk j's y product goes out together with chunk j + 1's projections; the last chunk's
+    // alone (no wgmma under a branch: ptxas would serialise them all, C7520).
+    for (int j = 0; j + 1 < chunks; ++j, ++step) {
+      gate();
+      const unsigned char* next = slots + ring.wait(step + 1) * Tr::kSlot;
+      wgmma_fence();
+      issue_down(slots + (step % Tr::kForwardStages) * Tr::kSlot);
+      issue_projection<T>(acc_a, acc_b, a_lo, a_hi, next);
+      finish(step);
+    }
+    gate();
+    wgmma_fence();
+    issue_down(slots + (step % Tr::kForwardStages) * Tr::kSlot);
+    finish(step);
+    ++step;
+
+    // y through the A tile (its last reader has completed) and two TMA stores of 64 x 64,
+    // left in flight under the next tile's LayerNorm loads.
 #pragma unroll
-    for (int c = 0; c < 8; ++c)
+    for (int nh = 0; nh < 2; ++nh)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        *reinterpret_cast<uint32_t*>(a_tile + nh * Tr::kPanel + swizzled_pair(16 * warp + g + 8 * hh, c, t)) =
-            pack2<T>(y[nh][4 * c + 2 * hh], y[nh][4 * c + 2 * hh + 1]);
-  fence_async_shared();
-  named_barrier(1 + wg, 128);
-  if (threadIdx.x % 128 == 0) {
-    tma_store_2d(&maps.y, a_tile, 0, static_cast<int>(row0));
-    tma_store_2d(&maps.y, a_tile + Tr::kPanel, 64, static_cast<int>(row0));
-    tma_store_commit();
-    tma_store_wait_all();
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          *reinterpret_cast<uint32_t*>(a_tile + nh * Tr::kPanel + swizzled_pair(16 * warp + g + 8 * hh, c, t)) =
+              pack2<T>(y[nh][4 * c + 2 * hh], y[nh][4 * c + 2 * hh + 1]);
+    fence_async_shared();
+    named_barrier(1 + wg, 128);
+    if (leader) {
+      tma_store_2d(&maps.y, a_tile, 0, static_cast<int>(row0));
+      tma_store_2d(&maps.y, a_tile + Tr::kPanel, 64, static_cast<int>(row0));
+      tma_store_commit();
+    }
   }
+  if (leader) tma_store_wait_all();
 #endif
 }
 
@@ -423,6 +443,15 @@ dim3 grid_rows(int64_t M) {
   return dim3(static_cast<unsigned>((M + Tr::kBlockRows - 1) / Tr::kBlockRows));
 }
 
+// One block per multiprocessor (the forward's shared memory allows no second), each looping
+// over row tiles.
+dim3 persistent_grid(int64_t M) {
+  int device = 0, sms = 0;
+  MF_CUDA_CHECK(cudaGetDevice(&device));
+  MF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return dim3(std::min(grid_rows(M).x, static_cast<unsigned>(sms)));
+}
+
 template <typename Kernel, typename... Args>
 void launch(const char* name, Kernel kernel, dim3 grid, int smem, cudaStream_t stream, Args... args) {
   launch_kernel(kernel, grid, Tr::kThreads, smem, stream, args...);  // sets the shared-memory limit
@@ -435,10 +464,11 @@ bool swiglu_transition_use_sm90(int64_t c, int major, int minor) { return c == T
 
 void swiglu_transition_forward_wgmma(const SwigluTransitionParams& p, void* stream) {
   MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a forward: c must be 128 and h a multiple of 64");
+  if (p.M == 0) return;
   Maps maps = weight_maps(p);
   maps.y = rows_map(p.dtype, p.y, p.M, Tr::kC, "swiglu_transition's output");
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
-    launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t)>, grid_rows(p.M),
+    launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t)>, persistent_grid(p.M),
            Tr::kForwardSmem, static_cast<cudaStream_t>(stream), maps, p);
   });
 }
