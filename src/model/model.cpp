@@ -15,6 +15,17 @@
 #include "model/scoring.h"
 
 namespace megafold::model {
+namespace {
+
+// The sampler of a model: `steps` steps (rollout or full), the model's mirror-image setting.
+SamplerConfig sampler(const ModelConfig& cfg, int64_t steps) {
+  SamplerConfig sc;
+  sc.steps = steps;
+  sc.reflect_mirror_images = cfg.diffusion.reflect_mirror_images;
+  return sc;
+}
+
+}  // namespace
 
 MegaFoldImpl::MegaFoldImpl(const ModelConfig& cfg) : cfg_(cfg) {
   MF_CHECK(cfg.recycles >= 1, "model.recycles must be >= 1, got ", cfg.recycles);
@@ -86,10 +97,7 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
   at::Tensor x;
   std::optional<data::Batch> matched;
   if (rollout) {
-    SamplerConfig sc;
-    sc.steps = cfg_.confidence.rollout_steps;
-    sc.reflect_mirror_images = cfg_.diffusion.reflect_mirror_images;
-    x = sample_structures(diffusion_, ctx, 1, sc, mix_seed(noise_seed, 1));
+    x = sample_structures(diffusion_, ctx, 1, sampler(cfg_, cfg_.confidence.rollout_steps), mix_seed(noise_seed, 1));
     matched = permute_ground_truth(x, batch);
   }
   const data::Batch& gt = matched ? *matched : batch;
@@ -122,10 +130,7 @@ Losses MegaFoldImpl::loss(const data::Batch& batch, const TrunkOutput& out, uint
 at::Tensor MegaFoldImpl::sample(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed) {
   MF_CHECK(has_diffusion(), "sample: this model has no diffusion module (model.diffusion.samples is 0)");
   const TrunkContext ctx{&batch, out.s_inputs, out.s, out.z};
-  SamplerConfig sc;
-  sc.steps = cfg_.diffusion.sampler_steps;
-  sc.reflect_mirror_images = cfg_.diffusion.reflect_mirror_images;
-  return sample_structures(diffusion_, ctx, samples, sc, seed);
+  return sample_structures(diffusion_, ctx, samples, sampler(cfg_, cfg_.diffusion.sampler_steps), seed);
 }
 
 Prediction MegaFoldImpl::predict(const data::Batch& batch, const TrunkOutput& out, int64_t samples, uint64_t seed) {

@@ -9,6 +9,7 @@
 #include "data/residue_constants.h"
 #include "data/structure.h"
 #include "model/chirality.h"
+#include "model/diffusion_module.h"
 #include "testing.h"
 
 namespace megafold::model {
@@ -31,13 +32,6 @@ Fixture load(const char* file) {
   f.truth = f.batch.atom_coords.reshape({1, N * S, 3}).to(at::kDouble);
   f.mask = f.batch.atom_mask.reshape({1, N * S}).to(at::kDouble);
   return f;
-}
-
-// A random proper rotation (det +1).
-at::Tensor rotation(uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto [q, r] = at::linalg_qr(at::randn({3, 3}, gen, at::TensorOptions().dtype(at::kDouble)));
-  return q * at::sign(at::linalg_det(q));
 }
 
 TEST(Chirality, EveryLAminoAcidCalphaHasOneHand) {
@@ -68,8 +62,10 @@ TEST(Chirality, TheTruthAgreesWithItsConformersAndItsMirrorImageDoesNot) {
     ASSERT_GT(resolved.mask.sum().item<double>(), 50) << file;
     at::Tensor mirror = f.truth.clone();
     mirror.select(2, 0).neg_();
-    const at::Tensor rotated = at::matmul(f.truth, rotation(testing::fresh_seed()).t());
-    const at::Tensor rotated_mirror = at::matmul(mirror, rotation(testing::fresh_seed()).t());
+    // Random proper rotations (and a re-centring) as the diffusion loss draws them.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(testing::fresh_seed());
+    const at::Tensor rotated = centre_random_augmentation(f.truth, f.mask, gen);
+    const at::Tensor rotated_mirror = centre_random_augmentation(mirror, f.mask, gen);
     // Four samples of the one example: a fraction per row.
     const at::Tensor frac = inverted_fraction(at::cat({f.truth, mirror, rotated, rotated_mirror}), resolved);
     EXPECT_LT(frac[0].item<float>(), 0.02) << file;  // deposited errors are rare
