@@ -15,28 +15,12 @@ namespace {
 at::Tensor ones(int64_t n) { return torch::ones({n}); }
 at::Tensor zeros(int64_t n) { return torch::zeros({n}); }
 
-// q, k, v, gate ([..., H, d] each) and the pair bias ([..., H]) of a triangle-attention
-// projection [..., 4Hd + H], as views. One split rather than a narrow/select per part: backward
-// then assembles the projection's gradient in one concatenation, where a narrow/select per part
-// zero-fills a projection-sized buffer for each part and sums the five (at N = 768 those
-// fills, copies and adds took ~9 ms of a 68 ms block step, ncu).
-struct AttentionProjection {
-  at::Tensor q, k, v, gate, bias;
-};
-
 // The projection weight with zero rows appended up to a multiple of 8 outputs: each pair's
 // row of the projection then starts 16-byte aligned in bf16, so the Hopper attention kernels
 // read q, k, v and the gate in place through TMA instead of copying them.
 at::Tensor aligned_projection(const at::Tensor& w) {
   const int64_t pad = (8 - w.size(0) % 8) % 8;
   return pad == 0 ? w : at::cat({w, at::zeros({pad, w.size(1)}, w.options())});
-}
-
-// q, k, v, gate and bias of a projection made with aligned_projection (padding columns last).
-AttentionProjection split_projection(const at::Tensor& proj, int64_t H, int64_t d) {
-  const std::vector<at::Tensor> p = proj.narrow(-1, 0, 4 * H * d + H).split_with_sizes({H * d, H * d, H * d, H * d, H}, -1);
-  auto heads = [&](const at::Tensor& t) { return t.unflatten(-1, {H, d}); };
-  return {heads(p[0]), heads(p[1]), heads(p[2]), heads(p[3]), p[4]};
 }
 
 }  // namespace
@@ -144,24 +128,23 @@ at::Tensor TriangleAttentionImpl::forward(const at::Tensor& z, const at::Tensor&
   if (starting_) return forward_rows(z, pair_mask, dist::PairShard{});
   const int64_t B = z.size(0), N = z.size(1), H = heads_, d = head_dim_;
   // AF3 SI Alg. 15: the starting-node computation on z^T, with rows turned into columns
-  // through strides only (nothing copied).
-  const AttentionProjection p =
-      split_projection(ops::layernorm_linear(z, ln_w_, ln_b_, aligned_projection(w_proj_), std::nullopt), H, d);
-  auto t = [](const at::Tensor& x) { return x.transpose(1, 2); };
-  const at::Tensor bias = p.bias.permute({0, 3, 2, 1});  // b'[h, i, k] = b_ki
-  const at::Tensor o = ops::triangle_attention(t(p.q), t(p.k), t(p.v), bias, pair_mask.transpose(1, 2), t(p.gate));
+  // through strides only (nothing copied): the op reads q, k, v, gate and b'[h, i, k] = b_ki
+  // from the transposed projection and writes o with rows and columns swapped back.
+  const at::Tensor proj = ops::layernorm_linear(z, ln_w_, ln_b_, aligned_projection(w_proj_), std::nullopt);
+  const at::Tensor o = ops::triangle_attention_projected(proj, std::nullopt, pair_mask.transpose(1, 2), H, d, true);
   return at::linear(o.transpose(1, 2).reshape({B, N, N, H * d}), w_o_);
 }
 
 at::Tensor TriangleAttentionImpl::forward_rows(const at::Tensor& x, const at::Tensor& row_mask,
                                                const dist::PairShard& shard) {
   const int64_t B = x.size(0), n = x.size(1), N = x.size(2), H = heads_, d = head_dim_;
-  // AF3 SI Alg. 14: one fused LayerNorm+Linear for q, k, v, gate and the pair bias.
-  const AttentionProjection p =
-      split_projection(ops::layernorm_linear(x, ln_w_, ln_b_, aligned_projection(w_proj_), std::nullopt), H, d);
-  // b[h, j, k] = b_jk over all rows j: every rank's share of the bias.
-  const at::Tensor bias = dist::gather_rows(p.bias, shard).permute({0, 3, 1, 2});
-  const at::Tensor o = ops::triangle_attention(p.q, p.k, p.v, bias, row_mask, p.gate);  // [B, n, N, H, d]
+  // AF3 SI Alg. 14: one fused LayerNorm+Linear for q, k, v, gate and the pair bias, which the
+  // attention reads in place (and whose gradient its backward writes whole).
+  const at::Tensor proj = ops::layernorm_linear(x, ln_w_, ln_b_, aligned_projection(w_proj_), std::nullopt);
+  // Sharded, b[h, j, k] = b_jk over all rows j: every rank's share of the bias.
+  std::optional<at::Tensor> bias;
+  if (shard.sharded()) bias = dist::gather_rows(proj.narrow(-1, 4 * H * d, H), shard).permute({0, 3, 1, 2});
+  const at::Tensor o = ops::triangle_attention_projected(proj, bias, row_mask, H, d, false);  // [B, n, N, H, d]
   return at::linear(o.reshape({B, n, N, H * d}), w_o_);
 }
 

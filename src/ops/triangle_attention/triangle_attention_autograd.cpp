@@ -1,13 +1,16 @@
-// CUDA binding of triangle_attention: an autograd Function around the kernels of
-// triangle_attention_{mma,simt}.cu, registered for the AutogradCUDA and CUDA keys. q, k, v
-// and gate are read in place through their strides (the ending-node variant passes transposed
-// views); only a head dim that is not innermost is copied. The bias is made contiguous in
-// q's dtype: it is N^2 * H elements, read N times by the kernels. The bias gradient comes back
-// in float and is converted to the bias's dtype. float64 inputs and head dims without a
-// kernel use the ATen reference (still differentiable).
+// CUDA binding of triangle_attention and triangle_attention_projected: autograd Functions
+// around the kernels of triangle_attention_{wgmma,mma,simt}.cu, registered for the
+// AutogradCUDA and CUDA keys. q, k, v and gate are read in place through their strides (the
+// ending-node variant passes transposed views); only a head dim that is not innermost is
+// copied. The bias is made contiguous in q's dtype: it is N^2 * H elements, read N times by the
+// kernels. The kernels write the gradients through strides: the plain op's into dense tensors
+// (the bias's in float, then converted to the bias's dtype), the projected op's into the views
+// of one gradient of the projection, so it needs no concatenation. float64 inputs and head dims
+// without a kernel use the ATen reference (still differentiable).
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros_like.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -117,6 +120,110 @@ at::Tensor dense_like(const at::Tensor& t) {
   return at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
+// Whether t has strides `want` in every dimension longer than one.
+bool same_layout(const at::Tensor& t, at::IntArrayRef want) {
+  for (int64_t i = 0; i < t.dim(); ++i)
+    if (t.size(i) > 1 && t.stride(i) != want[i]) return false;
+  return true;
+}
+
+// What the forward keeps for backward (inputs in kernel layout; bias, mask, gate undefined
+// when absent) and runs it with.
+struct Saved {
+  at::Tensor q, k, v, bias, mask, gate, o, lse;
+};
+
+// The forward kernels on kernel-layout inputs. `out` receives the gated output through its
+// strides (ignored without a gate: out is o).
+Saved run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
+                  const at::Tensor& mask, const at::Tensor& gate, at::Tensor& out) {
+  const bool sm90 = sm90_kernels(q);
+  Saved s;
+  s.q = q, s.k = k, s.v = v, s.gate = gate;
+  s.bias = bias.defined() ? bias.to(q.scalar_type()).contiguous() : bias;
+  s.mask = mask.defined() ? additive_mask(mask) : mask;
+  s.o = dense_like(q);
+  if (!gate.defined()) out = s.o;
+  s.lse = at::empty({q.size(0), q.size(1), q.size(3), q.size(2)}, q.options().dtype(at::kFloat));
+  cuda::TriangleAttentionParams p = make_params(q, k, v, s.bias, s.mask, gate);
+  const auto sm90_bias = sm90 ? use_sm90(p, s.bias, false) : std::pair<at::Tensor, at::Tensor>();
+  p.o = s.o.data_ptr();
+  p.out = out.data_ptr();
+  copy_strides(out, p.out_stride);
+  p.lse = s.lse.data_ptr<float>();
+  cuda::triangle_attention_forward(p, current_stream(q));
+  return s;
+}
+
+// Where the backward kernels write the gradients (through their strides; dbias in its dtype).
+struct Grads {
+  at::Tensor dq, dk, dv, d_gate, dbias;
+};
+
+// The backward kernels. d_out has out's layout `out_strides` (a copy is made otherwise).
+void run_backward(const Saved& s, const at::Tensor& grad, at::IntArrayRef out_strides, const Grads& g) {
+  const at::Tensor& q = s.q;
+  const bool sm90 = sm90_kernels(q);
+  at::Tensor d_out = grad.defined() ? grad.to(q.scalar_type()) : at::zeros_like(s.o);
+  // Without a gate d_out is the kernels' d_o, which they read dense.
+  const at::IntArrayRef want = s.gate.defined() ? out_strides : s.o.strides();
+  if (!same_layout(d_out, want)) {
+    at::Tensor laid = at::empty_strided(d_out.sizes(), want, d_out.options());
+    laid.copy_(d_out);
+    d_out = laid;
+  }
+  if (sm90 && reinterpret_cast<uintptr_t>(d_out.data_ptr()) % 16 != 0) {
+    at::Tensor aligned = at::empty_strided(d_out.sizes(), d_out.strides(), d_out.options());
+    aligned.copy_(d_out);
+    d_out = aligned;
+  }
+  const at::Tensor d_o = s.gate.defined() ? dense_like(s.o) : d_out;
+  const at::Tensor delta = at::empty_like(s.lse);
+  // The sm_90a dK/dV kernel reads each query's (lse, delta) pair with its tiles.
+  const at::Tensor stats = sm90 ? at::empty({s.lse.size(0), s.lse.size(1), s.lse.size(2), (s.lse.size(3) + 1) / 2 * 2, 2},
+                                            s.lse.options())
+                                : at::Tensor();
+  at::Tensor partial;
+  cuda::TriangleAttentionParams p = make_params(q, s.k, s.v, s.bias, s.mask, s.gate);
+  const auto sm90_bias = sm90 ? use_sm90(p, s.bias, true) : std::pair<at::Tensor, at::Tensor>();
+  p.o = s.o.data_ptr();
+  p.lse = s.lse.data_ptr<float>();
+  p.d_out = d_out.data_ptr();
+  copy_strides(d_out, p.out_stride);
+  p.d_o = d_o.data_ptr();
+  p.delta = delta.data_ptr<float>();
+  if (sm90) {
+    p.stats = stats.data_ptr<float>();
+    p.stats_ld = stats.size(3);
+  }
+  auto output = [](const at::Tensor& t, void*& ptr, int64_t* stride) {
+    ptr = t.data_ptr();
+    copy_strides(t, stride);
+  };
+  if (s.gate.defined()) output(g.d_gate, p.d_gate, p.d_gate_stride);
+  output(g.dq, p.dq, p.dq_stride);
+  output(g.dk, p.dk, p.dk_stride);
+  output(g.dv, p.dv, p.dv_stride);
+  if (s.bias.defined()) {
+    output(g.dbias, p.dbias, p.dbias_stride);
+    p.dbias_dtype = kernel_dtype(g.dbias.scalar_type());
+    const int64_t chunks = cuda::dbias_partials(p);
+    if (chunks > 0) {
+      partial = at::empty({chunks, s.bias.numel()}, s.bias.options().dtype(at::kFloat));
+      p.dbias_partial = partial.data_ptr<float>();
+    }
+  }
+  cuda::triangle_attention_backward(p, current_stream(q));
+}
+
+void save(AutogradContext* ctx, const Saved& s) {
+  ctx->save_for_backward({s.q, s.k, s.v, s.bias, s.mask, s.gate, s.o, s.lse});
+}
+Saved saved(AutogradContext* ctx) {
+  const variable_list v = ctx->get_saved_variables();
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+}
+
 struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAttentionFunction> {
   // bias, mask and gate arrive as empty tensors when absent (see absent_as_empty).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
@@ -128,20 +235,11 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
     const at::ScalarType type = q.scalar_type();
     const bool sm90 = sm90_kernels(q);
     auto operand = [&](const at::Tensor& t) { return sm90 ? tma_layout(t, type) : kernel_layout(t, type); };
-    const at::Tensor q_ = operand(q), k_ = operand(k), v_ = operand(v);
-    const at::Tensor gate_ = gate.defined() ? kernel_layout(gate, type) : gate;
-    const at::Tensor bias_ = bias.defined() ? bias.to(type).contiguous() : bias;
-    const at::Tensor mask_f = mask.defined() ? additive_mask(mask) : mask;
-    const at::Tensor o = dense_like(q_);
-    const at::Tensor out = gate.defined() ? dense_like(q_) : o;
-    const at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(3), q.size(2)}, q.options().dtype(at::kFloat));
-    cuda::TriangleAttentionParams p = make_params(q_, k_, v_, bias_, mask_f, gate_);
-    const auto sm90_bias = sm90 ? use_sm90(p, bias_, false) : std::pair<at::Tensor, at::Tensor>();
-    p.o = o.data_ptr();
-    p.out = out.data_ptr();
-    p.lse = lse.data_ptr<float>();
-    cuda::triangle_attention_forward(p, current_stream(q));
-    ctx->save_for_backward({q_, k_, v_, bias_, mask_f, gate_, o, lse});
+    const at::Tensor q_ = operand(q);
+    at::Tensor out = gate.defined() ? dense_like(q_) : at::Tensor();
+    const Saved s = run_forward(q_, operand(k), operand(v), bias, mask,
+                                gate.defined() ? kernel_layout(gate, type) : gate, out);
+    save(ctx, s);
     ctx->saved_data["k_dtype"] = k.scalar_type();
     ctx->saved_data["v_dtype"] = v.scalar_type();
     ctx->saved_data["bias_dtype"] = bias.defined() ? bias.scalar_type() : type;
@@ -150,50 +248,60 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    const variable_list s = ctx->get_saved_variables();
-    const at::Tensor &q = s[0], &k = s[1], &v = s[2], &bias = s[3], &mask = s[4], &gate = s[5],
-                     &o = s[6], &lse = s[7];
-    const c10::cuda::CUDAGuard guard(q.device());
-    const bool sm90 = sm90_kernels(q);
-    at::Tensor d_out = grad_out[0].defined() ? grad_out[0].to(q.scalar_type()).contiguous() : at::zeros_like(o);
-    if (sm90 && reinterpret_cast<uintptr_t>(d_out.data_ptr()) % 16 != 0) d_out = d_out.clone();
-    const at::Tensor d_o = gate.defined() ? dense_like(o) : d_out;
-    const at::Tensor d_gate = gate.defined() ? dense_like(o) : at::Tensor();
-    const at::Tensor delta = at::empty_like(lse);
-    const at::Tensor dq = dense_like(o), dk = dense_like(o), dv = dense_like(o);
-    // The sm_90a dK/dV kernel reads each query's (lse, delta) pair with its tiles.
-    const at::Tensor stats =
-        sm90 ? at::empty({lse.size(0), lse.size(1), lse.size(2), (lse.size(3) + 1) / 2 * 2, 2}, lse.options())
-             : at::Tensor();
-    at::Tensor dbias, partial;
-    cuda::TriangleAttentionParams p = make_params(q, k, v, bias, mask, gate);
-    const auto sm90_bias = sm90 ? use_sm90(p, bias, true) : std::pair<at::Tensor, at::Tensor>();
-    p.o = o.data_ptr();
-    p.lse = lse.data_ptr<float>();
-    p.d_out = d_out.data_ptr();
-    p.d_o = d_o.data_ptr();
-    p.delta = delta.data_ptr<float>();
-    if (sm90) {
-      p.stats = stats.data_ptr<float>();
-      p.stats_ld = stats.size(3);
-    }
-    if (gate.defined()) p.d_gate = d_gate.data_ptr();
-    p.dq = dq.data_ptr(), p.dk = dk.data_ptr(), p.dv = dv.data_ptr();
-    if (bias.defined()) {
-      dbias = at::empty(bias.sizes(), bias.options().dtype(at::kFloat));
-      p.dbias = dbias.data_ptr<float>();
-      const int64_t chunks = cuda::dbias_partials(p);
-      if (chunks > 0) {
-        partial = at::empty({chunks, bias.numel()}, bias.options().dtype(at::kFloat));
-        p.dbias_partial = partial.data_ptr<float>();
-      }
-    }
-    cuda::triangle_attention_backward(p, current_stream(q));
+    const Saved s = saved(ctx);
+    const c10::cuda::CUDAGuard guard(s.q.device());
+    // Dense gradients; the bias's in float (an fp32 bias keeps its precision), cast below.
+    Grads g{dense_like(s.o), dense_like(s.o), dense_like(s.o), s.gate.defined() ? dense_like(s.o) : at::Tensor(),
+            s.bias.defined() ? at::empty(s.bias.sizes(), s.bias.options().dtype(at::kFloat)) : at::Tensor()};
+    run_backward(s, grad_out[0], s.o.strides(), g);
     auto typed = [&](const at::Tensor& t, const char* key) {
       return t.defined() ? t.to(ctx->saved_data[key].toScalarType()) : t;
     };
-    return {dq, typed(dk, "k_dtype"), typed(dv, "v_dtype"), typed(dbias, "bias_dtype"), at::Tensor(),
-            typed(d_gate, "gate_dtype")};
+    return {g.dq, typed(g.dk, "k_dtype"), typed(g.dv, "v_dtype"), typed(g.dbias, "bias_dtype"), at::Tensor(),
+            typed(g.d_gate, "gate_dtype")};
+  }
+};
+
+// The projection op: q, k, v, gate and (unless given) the bias are views of proj, and the
+// backward writes proj's gradient whole through the same views.
+struct ProjectedFunction : public torch::autograd::Function<ProjectedFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& proj, const at::Tensor& bias_or_empty,
+                               const at::Tensor& mask_or_empty, int64_t heads, int64_t head_dim, bool transposed) {
+    const c10::cuda::CUDAGuard guard(proj.device());
+    auto given = [](const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); };
+    const at::Tensor own_bias = given(bias_or_empty);
+    const ProjectedOperands x = projected_operands(proj, heads, head_dim, transposed);
+    const at::ScalarType type = proj.scalar_type();
+    const bool sm90 = sm90_kernels(x.q);
+    auto operand = [&](const at::Tensor& t) { return sm90 ? tma_layout(t, type) : kernel_layout(t, type); };
+    // The ending node's output with rows and columns swapped in memory, as the caller reads it.
+    at::Tensor out = transposed ? dense_like(x.q.transpose(1, 2)).transpose(1, 2) : dense_like(x.q);
+    const Saved s = run_forward(operand(x.q), operand(x.k), operand(x.v), own_bias.defined() ? own_bias : x.bias,
+                                given(mask_or_empty), kernel_layout(x.gate, type), out);
+    save(ctx, s);
+    ctx->saved_data["shape"] = proj.sizes();
+    ctx->saved_data["out_strides"] = out.strides();
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["head_dim"] = head_dim;
+    ctx->saved_data["transposed"] = transposed;
+    ctx->saved_data["own_bias"] = own_bias.defined();
+    ctx->saved_data["bias_dtype"] = own_bias.defined() ? own_bias.scalar_type() : type;
+    return {out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const Saved s = saved(ctx);
+    const c10::cuda::CUDAGuard guard(s.q.device());
+    const int64_t H = ctx->saved_data["heads"].toInt(), d = ctx->saved_data["head_dim"].toInt();
+    const bool own_bias = ctx->saved_data["own_bias"].toBool();
+    const at::Tensor dproj = at::empty(ctx->saved_data["shape"].toIntVector(), s.o.options());
+    const ProjectedOperands x = projected_operands(dproj, H, d, ctx->saved_data["transposed"].toBool());
+    const int64_t written = 4 * H * d + (own_bias ? 0 : H);
+    if (dproj.size(3) > written) dproj.narrow(-1, written, dproj.size(3) - written).zero_();
+    const at::Tensor dbias = own_bias ? at::empty(s.bias.sizes(), s.bias.options().dtype(at::kFloat)) : x.bias;
+    run_backward(s, grad_out[0], ctx->saved_data["out_strides"].toIntVector(), {x.q, x.k, x.v, x.gate, dbias});
+    return {dproj, own_bias ? dbias.to(ctx->saved_data["bias_dtype"].toScalarType()) : at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -219,6 +327,22 @@ at::Tensor triangle_attention_cuda(const at::Tensor& q, const at::Tensor& k, con
                                           absent_as_empty(gate))[0];
 }
 
+at::Tensor triangle_attention_projected_cuda(const at::Tensor& proj, const std::optional<at::Tensor>& bias,
+                                             const std::optional<at::Tensor>& mask, int64_t heads, int64_t head_dim,
+                                             bool transposed) {
+  const ProjectedOperands x = projected_operands(proj, heads, head_dim, transposed);
+  const bool own_bias = bias.has_value() && bias->defined();
+  check_triangle_attention_args(x.q, x.k, x.v, own_bias ? *bias : x.bias, mask, x.gate);
+  // The kernels store gradients two elements at a time: an odd projection width (or a shape the
+  // kernels leave to the reference) goes through the views and the plain op instead.
+  if (proj.size(3) % 2 != 0 || proj.scalar_type() == at::kDouble || !cuda::supported_head_dim(head_dim) ||
+      !kernels_run_on(proj, "triangle_attention"))
+    return triangle_attention(x.q, x.k, x.v, own_bias ? *bias : x.bias, mask, x.gate);
+  const at::Tensor empty = at::empty({0}, proj.options());
+  return ProjectedFunction::apply(proj, own_bias ? *bias : empty, mask.has_value() && mask->defined() ? *mask : empty,
+                                  heads, head_dim, transposed)[0];
+}
+
 }  // namespace
 }  // namespace megafold::ops
 
@@ -226,7 +350,9 @@ at::Tensor triangle_attention_cuda(const at::Tensor& q, const at::Tensor& k, con
 // tensors; the CUDA key serves calls that skip autograd (inference mode).
 TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
   m.impl("triangle_attention", &megafold::ops::triangle_attention_cuda);
+  m.impl("triangle_attention_projected", &megafold::ops::triangle_attention_projected_cuda);
 }
 TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
   m.impl("triangle_attention", &megafold::ops::triangle_attention_cuda);
+  m.impl("triangle_attention_projected", &megafold::ops::triangle_attention_projected_cuda);
 }

@@ -47,17 +47,16 @@ __global__ void __launch_bounds__(kPrologueThreads)
   };
   if (local < rows_per_block && first + local < rows) {
     const int64_t row = first + local, at = row * p.d + piece * kVec;
+    const RowIndex x = coords(row);
+    auto strided = [&](const int64_t(&s)[5]) { return x.b * s[0] + x.r * s[1] + x.n * s[2] + x.h * s[3] + piece * kVec; };
     const Pack<T, kVec> o = load_pack<T, kVec>(static_cast<const T*>(p.o) + at);
-    const Pack<T, kVec> d_out = load_pack<T, kVec>(static_cast<const T*>(p.d_out) + at);
+    const Pack<T, kVec> d_out = load_pack<T, kVec>(static_cast<const T*>(p.d_out) + strided(p.out_stride));
     float* prod = products + local * stride + piece * kVec;
     if (p.gate == nullptr) {
 #pragma unroll
       for (int i = 0; i < kVec; ++i) prod[i] = static_cast<float>(d_out.v[i]) * static_cast<float>(o.v[i]);
     } else {
-      const auto [b, r, n, h] = coords(row);
-      const Pack<T, kVec> gate = load_pack<T, kVec>(static_cast<const T*>(p.gate) + b * p.gate_stride[0] +
-                                                    r * p.gate_stride[1] + n * p.gate_stride[2] +
-                                                    h * p.gate_stride[3] + piece * kVec);
+      const Pack<T, kVec> gate = load_pack<T, kVec>(static_cast<const T*>(p.gate) + strided(p.gate_stride));
       Pack<T, kVec> d_o, d_gate;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
@@ -68,7 +67,7 @@ __global__ void __launch_bounds__(kPrologueThreads)
         prod[i] = static_cast<float>(d_o.v[i]) * o_i;
       }
       store_pack(static_cast<T*>(p.d_o) + at, d_o);
-      store_pack(static_cast<T*>(p.d_gate) + at, d_gate);
+      store_pack(static_cast<T*>(p.d_gate) + strided(p.d_gate_stride), d_gate);
     }
   }
   __syncthreads();
@@ -86,16 +85,18 @@ __global__ void __launch_bounds__(kPrologueThreads)
 }
 
 // Whether every row piece of `bytes` is an aligned access: the dense rows of d elements and the
-// gate's strided rows (the model's gate, inside the 4Hd + H wide projection, allows 8 bytes).
+// strided rows of d_out, the gate and its gradient (the model's, inside the 4Hd + H wide
+// projection, allow 8 bytes).
 bool pieces_aligned(const TriangleAttentionParams& p, int64_t elem, int64_t bytes) {
-  auto aligned = [&](const void* ptr) { return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
-  if ((p.d * elem) % bytes != 0 || !aligned(p.o) || !aligned(p.d_out) || !aligned(p.d_o) || !aligned(p.d_gate) ||
-      !aligned(p.gate))
-    return false;
-  if (p.gate == nullptr) return true;
-  for (int i = 0; i < 4; ++i)
-    if ((p.gate_stride[i] * elem) % bytes != 0) return false;
-  return true;
+  auto aligned = [&](const void* ptr, const int64_t* s) {
+    if (ptr == nullptr) return true;
+    if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0) return false;
+    for (int i = 0; s != nullptr && i < 4; ++i)
+      if ((s[i] * elem) % bytes != 0) return false;
+    return true;
+  };
+  return (p.d * elem) % bytes == 0 && aligned(p.o, nullptr) && aligned(p.d_o, nullptr) &&
+         aligned(p.d_out, p.out_stride) && aligned(p.gate, p.gate_stride) && aligned(p.d_gate, p.d_gate_stride);
 }
 
 // The widest vector (at most 16 bytes) that every row piece allows.

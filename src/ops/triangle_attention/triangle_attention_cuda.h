@@ -35,13 +35,15 @@ struct TriangleAttentionParams {
   // 64-key rows of it, need mask_ld a multiple of 64 with -inf past N.
   const float* mask;
   int64_t mask_ld;
-  // Forward outputs / backward inputs, contiguous [B, R, N, H, d]: o before gating (saved for
-  // backward) and out = sigmoid(gate) * o (null without a gate: out is o).
+  // Forward outputs / backward inputs, [B, R, N, H, d]: o before gating (saved for backward),
+  // contiguous, and out = sigmoid(gate) * o through out_stride (null without a gate: out is o,
+  // and out_stride o's). The ending-node caller asks for out with its rows and columns swapped
+  // in memory, so that its transpose back is contiguous.
   void* o;
-  void* out;
+  void* out; int64_t out_stride[5];
   float* lse;  // [B, R, H, N], log-sum-exp of the logits in base 2 (natural lse * log2 e);
               // +inf marks a fully masked row
-  // Backward. d_out: gradient of out, contiguous. d_o: gradient of o (written by the
+  // Backward. d_out: gradient of out, through out_stride. d_o: gradient of o, contiguous (written by the
   // backward's first pass when there is a gate, else equal to d_out). delta [B, R, H, N] =
   // rowsum(d_o * o), written by the first pass.
   const void* d_out;
@@ -51,13 +53,17 @@ struct TriangleAttentionParams {
   // >= N even (16-byte TMA strides), written by the first pass beside delta; null otherwise.
   float* stats;
   int64_t stats_ld;
-  // Backward outputs, contiguous: d_gate (null without a gate), dq/dk/dv [B, R, N, H, d],
-  // dbias [B, H, N, N] float (null without a bias).
-  void* d_gate;
-  void* dq;
-  void* dk;
-  void* dv;
-  float* dbias;
+  // Backward outputs, written through their strides (per dimension, in elements; the last is
+  // 1 and every other even, for 4-byte stores): d_gate (null without a gate), dq/dk/dv
+  // [B, R, N, H, d] in dtype, dbias [B, H, N, N] in dbias_dtype (null without a bias). Dense
+  // tensors, or the columns of the one projection q, k, v, gate and bias were read from, so
+  // that its gradient is written whole without a concatenation.
+  void* d_gate; int64_t d_gate_stride[5];
+  void* dq; int64_t dq_stride[5];
+  void* dk; int64_t dk_stride[5];
+  void* dv; int64_t dv_stride[5];
+  void* dbias; int64_t dbias_stride[4];
+  DType dbias_dtype;  // float with fp32 inputs (the CUDA-core kernels write it directly)
   // Float workspace of dbias_partials(p) * B * H * N * N elements: per-chunk partial sums of
   // the bias gradient over rows, added in chunk order afterwards.
   float* dbias_partial;
@@ -80,7 +86,7 @@ bool supported_head_dim(int64_t d);
 // tensor-core kernels (either set) sum over the rows of a chunk for one 128-query x 64-key
 // tile of the bias; the count depends on the shape only, never on the GPU.
 int64_t dbias_partials(const TriangleAttentionParams& p);
-// dbias = the sum of the chunk partials in chunk order.
+// dbias = the sum of the chunk partials in chunk order, in dbias_dtype through dbias_stride.
 void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream);
 
 void triangle_attention_forward(const TriangleAttentionParams& p, void* stream);

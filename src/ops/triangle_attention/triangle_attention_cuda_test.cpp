@@ -183,6 +183,62 @@ TEST_F(TriangleAttentionCuda, StridedViewsReadInPlace) {
   }
 }
 
+// The projected op hands the kernels views of the projection and of its gradient: output and
+// the projection's whole gradient must equal, bitwise, the plain op's on the same views (whose
+// gradient autograd assembles from the parts). Widths: the model's (a multiple of 8), none
+// (TMA cannot read rows of 1032 bytes in place: the kernels get copies, the gradient still
+// lands in place) and odd (the op takes the plain op's path). Padding and, with a given
+// bias, the bias columns get zero gradient.
+void check_projected(at::ScalarType dtype, int64_t N, int64_t width_extra) {
+  const int64_t H = 4, d = 32, W = 4 * H * d + H + width_extra;
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+  const at::Tensor proj = at::randn({1, N, N, W}, o);
+  const at::Tensor given = at::randn({1, H, N, N}, o);
+  const at::Tensor mask = (at::rand({1, N, N}, o.dtype(at::kFloat)) > 0.2).to(at::kFloat);
+  mask.select(1, 0).fill_(0);  // a fully masked row
+  for (const bool transposed : {false, true}) {
+    for (const bool own : {false, true}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " N=" + std::to_string(N) + " W=" + std::to_string(W) +
+                   (transposed ? " ending" : " starting") + (own ? ", given bias" : ", own bias"));
+      const at::Tensor p1 = proj.clone().requires_grad_(true), p2 = proj.clone().requires_grad_(true);
+      const at::Tensor b1 = given.clone().requires_grad_(true), b2 = given.clone().requires_grad_(true);
+      const at::Tensor out = triangle_attention_projected(p1, own ? std::optional(b1) : std::nullopt, mask, H, d,
+                                                          transposed);
+      const ProjectedOperands x = projected_operands(p2, H, d, transposed);
+      const at::Tensor ref = triangle_attention(x.q, x.k, x.v, own ? b2 : x.bias, mask, x.gate);
+      ASSERT_TRUE(at::equal(out, ref));
+      if (transposed && W % 2 == 0) EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
+      const at::Tensor grad = at::randn_like(ref);
+      out.backward(grad);
+      ref.backward(grad);
+      EXPECT_TRUE(at::equal(p1.grad(), p2.grad())) << "max diff " << (p1.grad() - p2.grad()).abs().max().item<float>();
+      const int64_t zero_from = 4 * H * d + (own ? 0 : H);
+      if (W > zero_from) EXPECT_EQ(p1.grad().narrow(-1, zero_from, W - zero_from).abs().max().item<float>(), 0.f);
+      if (own) EXPECT_TRUE(at::equal(b1.grad(), b2.grad()));
+      // Deterministic: again, bitwise.
+      const at::Tensor p3 = proj.clone().requires_grad_(true);
+      triangle_attention_projected(p3, own ? std::optional(given) : std::nullopt, mask, H, d, transposed).backward(grad);
+      EXPECT_TRUE(at::equal(p1.grad(), p3.grad()));
+    }
+  }
+}
+
+TEST_F(TriangleAttentionCuda, ProjectedWritesTheProjectionGradientWhole) {
+  for (const int64_t extra : {int64_t{4}, int64_t{0}, int64_t{1}}) check_projected(at::kBFloat16, 37, extra);
+  check_projected(at::kBFloat16, 130, 4);
+  check_projected(at::kHalf, 70, 4);
+  check_projected(at::kFloat, 37, 4);
+}
+
+TEST_F(TriangleAttentionCuda, ProjectedOnThePortableKernels) {
+  struct Portable {
+    Portable() { set_portable_kernels_only(true); }
+    ~Portable() { set_portable_kernels_only(false); }
+  } portable;
+  check_projected(at::kBFloat16, 37, 4);
+  check_projected(at::kHalf, 130, 0);
+}
+
 }  // namespace
 }  // namespace megafold::ops
 

@@ -309,6 +309,13 @@ __device__ __forceinline__ int64_t dense_row(const TriangleAttentionParams& p, R
   return (((x.b * p.R + x.r) * p.N + n) * p.H + x.h) * p.d;
 }
 
+struct Strides5 {
+  int64_t s[5];
+};
+__device__ __forceinline__ Strides5 dense_strides(const TriangleAttentionParams& p) {
+  return {{p.R * p.N * p.H * p.d, p.N * p.H * p.d, p.H * p.d, p.d, 1}};
+}
+
 template <typename T>
 __device__ __forceinline__ Slice<T> dense_slice(const TriangleAttentionParams& p, const void* t, Row x) {
   return {static_cast<const T*>(t) + dense_row(p, x, 0), p.H * p.d};
@@ -395,17 +402,17 @@ __device__ __forceinline__ void add_key_mask(float (&s)[kNT][4], const float* km
 }
 
 // Stores a 16 x P fp32 fragment block (rows i_a and i_a + 8) times mul[half] into a
-// contiguous [B, R, N, H, d] tensor of T; with a gate, times sigmoid(gate) too.
+// [B, R, N, H, d] tensor of T with strides `s`; with a gate, times sigmoid(gate) too.
 template <typename T, int D>
-__device__ __forceinline__ void store_rows(void* out, const TriangleAttentionParams& p, Row x, int64_t i_a,
-                                           const float (&acc)[Dim<D>::P / 8][4], const float (&mul)[2],
+__device__ __forceinline__ void store_rows(void* out, const int64_t (&s)[5], const TriangleAttentionParams& p, Row x,
+                                           int64_t i_a, const float (&acc)[Dim<D>::P / 8][4], const float (&mul)[2],
                                            const void* gate, int lane) {
   const int t = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = i_a + 8 * half;
     if (i >= p.N) continue;
-    T* row = static_cast<T*>(out) + dense_row(p, x, i);
+    T* row = static_cast<T*>(out) + x.b * s[0] + x.r * s[1] + i * s[2] + x.h * s[3];
     const T* g = gate == nullptr ? nullptr
                                  : static_cast<const T*>(gate) + x.b * p.gate_stride[0] + x.r * p.gate_stride[1] +
                                        i * p.gate_stride[2] + x.h * p.gate_stride[3];
@@ -565,9 +572,9 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const TriangleAtte
     const int64_t i = i_a + 8 * h;
     if (i < p.N && t == 0) p.lse[stat(p, x, i)] = sum > 0.f ? fmaf(m[h], kLog2e, log2f(sum)) : INFINITY;
   }
-  store_rows<T, D>(p.o, p, x, i_a, acc, inv, nullptr, lane);
+  store_rows<T, D>(p.o, dense_strides(p).s, p, x, i_a, acc, inv, nullptr, lane);
   // The gated output straight from the registers: the gate costs no extra pass over o.
-  if (p.gate != nullptr) store_rows<T, D>(p.out, p, x, i_a, acc, inv, p.gate, lane);
+  if (p.gate != nullptr) store_rows<T, D>(p.out, p.out_stride, p, x, i_a, acc, inv, p.gate, lane);
 }
 
 // dS = P * (dP - delta) for a 16 x 8NT block: s holds c * s = base-2 logits and dp holds
@@ -636,7 +643,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(const TriangleAttention
     __syncthreads();
   }
   const float mul[2] = {p.scale, p.scale};
-  store_rows<T, D>(p.dq, p, x, i_a, acc, mul, nullptr, lane);
+  store_rows<T, D>(p.dq, p.dq_stride, p, x, i_a, acc, mul, nullptr, lane);
 }
 
 // One streamed step of the dK/dV kernel: a query tile, its output gradient, the bias tile
@@ -762,8 +769,8 @@ __global__ void __launch_bounds__(kThreads, 2) dkv_kernel(const TriangleAttentio
     for (int nt = 0; nt < P / 8; ++nt) dk[nt][2 * h] = dk[nt][2 * h + 1] = dv[nt][2 * h] = dv[nt][2 * h + 1] = 0.f;
   }
   const float k_mul[2] = {p.scale, p.scale}, v_mul[2] = {1.f, 1.f};
-  store_rows<T, D>(p.dk, p, x, j_a, dk, k_mul, nullptr, lane);
-  store_rows<T, D>(p.dv, p, x, j_a, dv, v_mul, nullptr, lane);
+  store_rows<T, D>(p.dk, p.dk_stride, p, x, j_a, dk, k_mul, nullptr, lane);
+  store_rows<T, D>(p.dv, p.dv_stride, p, x, j_a, dv, v_mul, nullptr, lane);
 }
 
 // One streamed step of the bias-gradient kernel: row r's queries and output gradient (the
@@ -875,13 +882,24 @@ __global__ void __launch_bounds__(kThreads, 2) dbias_kernel(const TriangleAttent
   }
 }
 
-// dbias = sum over chunks, in chunk order.
-__global__ void dbias_reduce_kernel(const float* partial, float* dbias, int64_t chunks, int64_t n) {
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+// dbias = sum over chunks, in chunk order, rounded once to Out and stored through dbias_stride.
+// Block x = row (b, i), block y = 256 keys j, a thread per (b, i, j) over all heads (no 64-bit
+// index division, which cost as much as the traffic): each head's partials are read coalesced,
+// and when the output is the projection's bias columns (heads adjacent, rows 4 H d + H
+// elements apart) a thread's H values land in one sector together instead of H sectors
+// written at H different times (each a partial-sector write to DRAM).
+template <typename Out>
+__global__ void dbias_reduce_kernel(const TriangleAttentionParams p, int64_t chunks) {
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= p.N) return;
+  const int n = static_cast<int>(p.N), row = static_cast<int>(blockIdx.x);  // B * N < 2^31 (the grid's limit)
+  const int64_t b = row / n, i = row % n, plane = p.N * p.N, chunk = p.B * p.H * plane;
+  const int64_t* s = p.dbias_stride;
+  for (int64_t h = 0; h < p.H; ++h) {
+    const float* partial = p.dbias_partial + (b * p.H + h) * plane + i * p.N + j;
     float sum = 0.f;
-    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * n + idx];
-    dbias[idx] = sum;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * chunk];
+    static_cast<Out*>(p.dbias)[b * s[0] + h * s[1] + i * s[2] + j * s[3]] = static_cast<Out>(sum);
   }
 }
 
@@ -890,10 +908,15 @@ int64_t tiles(int64_t n, int per) { return (n + per - 1) / per; }
 }  // namespace
 
 void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream) {
-  const int64_t n = p.B * p.H * p.N * p.N;
-  const auto blocks = static_cast<unsigned int>(std::min<int64_t>((n + kBlockThreads - 1) / kBlockThreads, 4096));
-  launch_kernel(dbias_reduce_kernel, blocks, kBlockThreads, 0, static_cast<cudaStream_t>(stream), p.dbias_partial,
-                p.dbias, chunks, n);
+  MF_CHECK(p.B * p.N <= 0x7fffffff, "triangle_attention CUDA: ", p.B * p.N, " bias rows exceed the grid limit");
+  const dim3 blocks(static_cast<unsigned int>(p.B * p.N), static_cast<unsigned int>((p.N + kBlockThreads - 1) / kBlockThreads));
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (p.dbias_dtype) {
+    case DType::kFloat32: return launch_kernel(dbias_reduce_kernel<float>, blocks, kBlockThreads, 0, s, p, chunks);
+    case DType::kFloat16: return launch_kernel(dbias_reduce_kernel<__half>, blocks, kBlockThreads, 0, s, p, chunks);
+    case DType::kBFloat16:
+      return launch_kernel(dbias_reduce_kernel<__nv_bfloat16>, blocks, kBlockThreads, 0, s, p, chunks);
+  }
 }
 
 namespace {

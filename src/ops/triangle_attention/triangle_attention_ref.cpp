@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "core/check.h"
 #include "ops/common.h"
 
 namespace megafold::ops {
@@ -60,6 +61,28 @@ at::Tensor triangle_attention_ref(const at::Tensor& q, const at::Tensor& k, cons
   o = o.permute({0, 1, 3, 2, 4});  // [B, R, N, H, d]
   if (gate.has_value() && gate->defined()) o = o * at::sigmoid(*gate);
   return o;
+}
+
+ProjectedOperands projected_operands(const at::Tensor& proj, int64_t heads, int64_t head_dim, bool transposed) {
+  constexpr const char* op = "triangle_attention_projected";
+  detail::check_shape(op, "proj", proj, {-1, -1, -1, -1});
+  const int64_t H = heads, d = head_dim, width = 4 * H * d + H;
+  MF_CHECK(H > 0 && d > 0, op, ": heads ", H, " and head_dim ", d, " must be positive");
+  MF_CHECK(proj.size(3) >= width, op, ": proj has ", proj.size(3), " columns; q, k, v, gate and bias need ",
+           width);
+  MF_CHECK(!transposed || proj.size(1) == proj.size(2), op, ": the ending-node form needs a square pair grid, got ",
+           proj.sizes());
+  const at::Tensor P = transposed ? proj.transpose(1, 2) : proj;
+  auto heads_of = [&](int64_t part) { return P.narrow(-1, part * H * d, H * d).unflatten(-1, {H, d}); };
+  return {heads_of(0), heads_of(1), heads_of(2), heads_of(3), P.narrow(-1, 4 * H * d, H).permute({0, 3, 1, 2})};
+}
+
+at::Tensor triangle_attention_projected_ref(const at::Tensor& proj, const std::optional<at::Tensor>& bias,
+                                            const std::optional<at::Tensor>& mask, int64_t heads,
+                                            int64_t head_dim, bool transposed) {
+  const ProjectedOperands x = projected_operands(proj, heads, head_dim, transposed);
+  const at::Tensor b = bias.has_value() && bias->defined() ? *bias : x.bias;
+  return triangle_attention_ref(x.q, x.k, x.v, b, mask, x.gate);
 }
 
 }  // namespace megafold::ops

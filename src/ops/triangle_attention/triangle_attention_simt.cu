@@ -43,6 +43,10 @@ __device__ __forceinline__ float key_valid(const TriangleAttentionParams& p, int
 __device__ __forceinline__ int64_t dense5(const TriangleAttentionParams& p, int64_t b, int64_t r, int64_t n, int64_t h) {
   return (((b * p.R + r) * p.N + n) * p.H + h) * p.d;
 }
+// The same offset through explicit strides (the outputs written into a caller's layout).
+__device__ __forceinline__ int64_t strided5(const int64_t (&s)[5], int64_t b, int64_t r, int64_t n, int64_t h) {
+  return b * s[0] + r * s[1] + n * s[2] + h * s[3];
+}
 __device__ __forceinline__ int64_t row_stat(const TriangleAttentionParams& p, int64_t b, int64_t r, int64_t h, int64_t n) {
   return ((b * p.R + r) * p.H + h) * p.N + n;
 }
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const TriangleAttenti
   for (int c = 0; c < D; ++c) o[c] = acc[c] * inv;
   p.lse[row_stat(p, b, r, h, i)] = l > 0.f ? (m + logf(l)) * kLog2e : INFINITY;
   if (p.gate == nullptr) return;
-  float* out = static_cast<float*>(p.out) + dense5(p, b, r, i, h);
+  float* out = static_cast<float*>(p.out) + strided5(p.out_stride, b, r, i, h);
 #pragma unroll
   for (int c = 0; c < D; ++c) out[c] = acc[c] * inv / (1.f + expf(-load5(p.gate, p.gate_stride, b, r, i, h, c)));
 }
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const TriangleAttentionPar
     __syncthreads();
   }
   if (!row) return;
-  float* out = static_cast<float*>(p.dq) + dense5(p, b, r, i, h);
+  float* out = static_cast<float*>(p.dq) + strided5(p.dq_stride, b, r, i, h);
 #pragma unroll
   for (int c = 0; c < D; ++c) out[c] = dq[c] * p.scale;
 }
@@ -209,8 +213,8 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const TriangleAttentionPa
     __syncthreads();
   }
   if (j >= p.N) return;
-  float* dk_out = static_cast<float*>(p.dk) + dense5(p, b, r, j, h);
-  float* dv_out = static_cast<float*>(p.dv) + dense5(p, b, r, j, h);
+  float* dk_out = static_cast<float*>(p.dk) + strided5(p.dk_stride, b, r, j, h);
+  float* dv_out = static_cast<float*>(p.dv) + strided5(p.dv_stride, b, r, j, h);
 #pragma unroll
   for (int c = 0; c < D; ++c) {
     dk_out[c] = dk[c];
@@ -270,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttention
   if (j >= p.N) return;
   for (int ii = 0; ii < kBiasRows; ++ii) {
     const int64_t i = i0 + ii;
-    if (i < p.N) p.dbias[((b * p.H + h) * p.N + i) * p.N + j] = acc[ii];
+    if (i < p.N) static_cast<float*>(p.dbias)[b * p.dbias_stride[0] + h * p.dbias_stride[1] + i * p.dbias_stride[2] + j * p.dbias_stride[3]] = acc[ii];
   }
 }
 
@@ -288,6 +292,7 @@ void launch_backward(const TriangleAttentionParams& p, cudaStream_t stream) {
   launch_kernel(dq_kernel<D>, rows, kThreads, 0, stream, p);
   launch_kernel(dkv_kernel<D>, rows, kThreads, 0, stream, p);
   if (p.dbias != nullptr) {
+    MF_CHECK(p.dbias_dtype == DType::kFloat32, "triangle_attention CUDA-core kernels write a float bias gradient");
     const dim3 grid(static_cast<unsigned int>(p.B * p.H) * tiles(p.N, kBiasRows), tiles(p.N, kThreads));
     launch_kernel(dbias_kernel<D>, grid, kThreads, 0, stream, p);
   }

@@ -102,6 +102,38 @@ TEST(TriangleAttention, StridedViewsEqualContiguousCopies) {
   EXPECT_LT(rel_error(strided, copied), 1e-14);
 }
 
+// The projected form against naive() on explicit copies of each part: columns q, k, v, gate
+// (heads outer), the bias, padding; around the starting node (rows of proj) and the ending
+// node (rows of proj^T, bias b'[h, i, k] = b_ki), with the projection's own bias or a given one.
+TEST(TriangleAttention, ProjectedReadsTheProjectionsColumns) {
+  fresh_seed();
+  const int64_t N = 11, H = 2, d = 8, W = 4 * H * d + H + 3;
+  const at::Tensor proj = at::randn({2, N, N, W}, at::kDouble);
+  const at::Tensor given = at::randn({2, H, N, N}, at::kDouble);
+  for (const bool transposed : {false, true}) {
+    for (const bool own : {false, true}) {
+      SCOPED_TRACE(std::string(transposed ? "ending" : "starting") + (own ? ", given bias" : ", own bias"));
+      const at::Tensor P = (transposed ? proj.transpose(1, 2) : proj).contiguous();
+      auto part = [&](int64_t i) { return P.narrow(-1, i * H * d, H * d).reshape({2, N, N, H, d}); };
+      const at::Tensor bias = own ? given : P.narrow(-1, 4 * H * d, H).permute({0, 3, 1, 2}).contiguous();
+      const at::Tensor mask = (at::rand({2, N, N}) > 0.3).to(at::kDouble);
+      const at::Tensor ref = naive(part(0), part(1), part(2), bias, mask, part(3));
+      const at::Tensor out = triangle_attention_projected(proj, own ? std::optional(given) : std::nullopt, mask, H, d,
+                                                          transposed);
+      EXPECT_LT(rel_error(out, ref), 1e-12);
+    }
+  }
+}
+
+TEST(TriangleAttention, ProjectedTooNarrowIsAClearError) {
+  try {
+    triangle_attention_projected(at::randn({1, 5, 5, 4 * 2 * 8}), std::nullopt, std::nullopt, 2, 8, false);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("q, k, v, gate and bias need 66"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TriangleAttention, BadShapesNameTheArgument) {
   const at::Tensor q = at::randn({1, 2, 5, 2, 4});
   try {

@@ -279,16 +279,16 @@ __device__ __forceinline__ void row_stats(const TriangleAttentionParams& p, int6
 }
 
 // Stores a 64 x 32 accumulator block (rows i, i + 8 of this thread) times mul[half] into a
-// contiguous [B, R, N, H, d] tensor of T at element `at(i)`; with a gate, times sigmoid(gate).
+// [B, R, N, H, d] tensor of T with strides `s`; with a gate, times sigmoid(gate).
 template <typename T>
-__device__ __forceinline__ void store_rows(void* out, const TriangleAttentionParams& p, int b, int64_t r, int h,
-                                           int64_t i_first, const float (&acc)[16], const float (&mul)[2],
-                                           const void* gate, int t) {
+__device__ __forceinline__ void store_rows(void* out, const int64_t (&s)[5], const TriangleAttentionParams& p, int b,
+                                           int64_t r, int h, int64_t i_first, const float (&acc)[16],
+                                           const float (&mul)[2], const void* gate, int t) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = i_first + 8 * half;
     if (i >= p.N) continue;
-    T* row = static_cast<T*>(out) + (((b * p.R + r) * p.N + i) * p.H + h) * 32;
+    T* row = static_cast<T*>(out) + b * s[0] + r * s[1] + i * s[2] + h * s[3];
     const T* g = gate == nullptr ? nullptr
                                  : static_cast<const T*>(gate) + b * p.gate_stride[0] + r * p.gate_stride[1] +
                                        i * p.gate_stride[2] + h * p.gate_stride[3];
@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
   if constexpr (kGrad) {
     const float mul[2] = {p.scale, p.scale};
-    store_rows<T>(p.dq, p, b, r, h, i_first, acc, mul, nullptr, t);
+    store_rows<T>(p.dq, p.dq_stride, p, b, r, h, i_first, acc, mul, nullptr, t);
   } else {
     float inv[2];
 #pragma unroll
@@ -455,9 +455,10 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       if (t == 0 && i < p.N)
         p.lse[stat_row + i] = l[half] > 0.f ? fmaf(m[half], p.scale * kLog2e, log2f(l[half])) : INFINITY;
     }
-    store_rows<T>(p.o, p, b, r, h, i_first, acc, inv, nullptr, t);
+    const int64_t dense[5] = {p.R * p.N * p.H * D, p.N * p.H * D, p.H * D, D, 1};
+    store_rows<T>(p.o, dense, p, b, r, h, i_first, acc, inv, nullptr, t);
     // The gated output straight from the registers: the gate costs no extra pass over o.
-    if (p.gate != nullptr) store_rows<T>(p.out, p, b, r, h, i_first, acc, inv, p.gate, t);
+    if (p.gate != nullptr) store_rows<T>(p.out, p.out_stride, p, b, r, h, i_first, acc, inv, p.gate, t);
   }
 #endif
 }
@@ -585,8 +586,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     }
   }
   const float dk_mul[2] = {p.scale, p.scale}, dv_mul[2] = {1.f, 1.f};
-  store_rows<T>(p.dk, p, b, r, h, j_first, dk, dk_mul, nullptr, t);
-  store_rows<T>(p.dv, p, b, r, h, j_first, dv, dv_mul, nullptr, t);
+  store_rows<T>(p.dk, p.dk_stride, p, b, r, h, j_first, dk, dk_mul, nullptr, t);
+  store_rows<T>(p.dv, p.dv_stride, p, b, r, h, j_first, dv, dv_mul, nullptr, t);
 #endif
 }
 
