@@ -12,7 +12,7 @@ namespace megafold::ops::cuda {
 inline constexpr int kBlockThreads = 256;
 
 template <typename Kernel, typename... Args>
-void launch_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Args... args) {
+void launch_kernel(Kernel kernel, dim3 grid, dim3 threads, int smem_bytes, cudaStream_t stream, Args... args) {
   if (smem_bytes > 48 * 1024)
     MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   kernel<<<grid, threads, smem_bytes, stream>>>(args...);
