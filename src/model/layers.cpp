@@ -63,8 +63,8 @@ at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Te
   // Unsharded, the rows form of the outgoing update is this computation (ops/triangle_multiplication).
   if (outgoing_) return forward_rows(z, pair_mask, dist::PairShard{}, scale);
   const int64_t c = w_ab_.size(0) / 4;
-  const at::Tensor proj = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
-  const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, pair_mask, c);
+  const auto [a, b, gate] =
+      ops::triangle_multiplication_projection(z, pair_mask, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
   // incoming t_ij = sum_k a_ki b_kj: the outgoing form on transposed views of a and b.
   return residual(z, ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2)), gate, scale);
 }
@@ -80,15 +80,15 @@ at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const a
   const int64_t c = w_ab_.size(0) / 4;
   if (outgoing_) {
     // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows.
-    const at::Tensor proj = ops::layernorm_linear(z, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
-    const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, dist::local_rows(pair_mask, shard), c);
+    const auto [a, b, gate] = ops::triangle_multiplication_projection(z, dist::local_rows(pair_mask, shard), ln_in_w_,
+                                                                      ln_in_b_, at::cat({w_ab_, w_g_}), c);
     return residual(z, dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract), gate, scale);
   }
   // t_ij = sum_k a_ki b_kj is the outgoing form on z^T, whose rows i are these rows of the
   // output; the gate is projected from z itself.
   const at::Tensor zt = dist::transpose_shards(z, shard);
-  const at::Tensor proj = ops::layernorm_linear(zt, ln_in_w_, ln_in_b_, w_ab_, std::nullopt);
-  const auto [a, b, no_gate] = ops::triangle_multiplication_operands(proj, dist::local_rows_transposed(pair_mask, shard), c);
+  const auto [a, b, no_gate] = ops::triangle_multiplication_projection(
+      zt, dist::local_rows_transposed(pair_mask, shard), ln_in_w_, ln_in_b_, w_ab_, c);
   const at::Tensor t = dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract);
   const at::Tensor gate = at::sigmoid(ops::layernorm_linear(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt));
   return residual(z, t, gate, scale);
@@ -99,8 +99,8 @@ at::Tensor TriangleMultiplicationImpl::forward_chunked(const at::Tensor& z, cons
   const int64_t c = w_ab_.size(0) / 4;
   // a, b and the output gate from row chunks of z: the 640-wide projection never exists whole.
   auto project = [this, pair_mask, c](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>&, int64_t start) {
-    const at::Tensor proj = ops::layernorm_linear(x[0], ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), std::nullopt);
-    const auto [a, b, gate] = ops::triangle_multiplication_operands(proj, chunk_of(pair_mask, 1, start, x[0].size(1)), c);
+    const auto [a, b, gate] = ops::triangle_multiplication_projection(
+        x[0], chunk_of(pair_mask, 1, start, x[0].size(1)), ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
     return std::vector<at::Tensor>{a, b, gate};
   };
   const std::vector<at::Tensor> abg = chunked_checkpoint(project, {z}, {}, 1, rows);

@@ -97,21 +97,16 @@ struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinea
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const variable_list s = ctx->get_saved_variables();
-    const at::Tensor &x = s[0], &ln_w = s[1], &ln_b = s[2], &w = s[3], &mean = s[4], &rstd = s[5];
-    const c10::cuda::CUDAGuard guard(x.device());
-    const int64_t N = w.size(0), K = cuda::kLayerNormLinearCin;
+    auto dtype = [&](const char* key) { return ctx->saved_data[key].toScalarType(); };
+    const LayerNormLinearContext c{s[0], s[1], s[2], s[3], s[4], s[5],
+                                   dtype("x_dtype"), dtype("ln_w_dtype"), dtype("ln_b_dtype"), dtype("w_dtype")};
+    const int64_t N = c.w.size(0), K = cuda::kLayerNormLinearCin;
     const at::Tensor dy = grad_out[0].defined()
-                              ? kernel_rows(grad_out[0], w.scalar_type())
-                              : at::zeros({x.numel() / K, N}, x.options().dtype(w.scalar_type()));
-    cuda::LayerNormLinearParams p = make_params(x, ln_w, ln_b, w, at::Tensor(), mean, rstd);
-    const at::Tensor dx = at::empty(x.sizes(), x.options());
-    const WeightGradBuffers b = weight_grad_buffers(p, x.options().dtype(at::kFloat));
-    p.dy = dy.data_ptr();
-    p.dx = dx.data_ptr();
-    cuda::layernorm_linear_backward(p, current_stream(x));
-    auto typed = [&](const at::Tensor& t, const char* key) { return t.to(ctx->saved_data[key].toScalarType()); };
-    return {typed(dx, "x_dtype"), typed(b.d_ln_w, "ln_w_dtype"), typed(b.d_ln_b, "ln_b_dtype"), typed(b.dw, "w_dtype"),
-            ctx->saved_data["has_bias"].toBool() ? typed(b.db, "bias_dtype") : at::Tensor(), at::Tensor()};
+                              ? grad_out[0]
+                              : at::zeros({c.x.numel() / K, N}, c.x.options().dtype(c.w.scalar_type()));
+    const LayerNormLinearGrads g = layernorm_linear_backward(c, dy);
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    return {g.dx, g.d_ln_w, g.d_ln_b, g.dw, has_bias ? g.db.to(dtype("bias_dtype")) : at::Tensor(), at::Tensor()};
   }
 };
 
@@ -146,6 +141,64 @@ LayerNormLinearWeightGrads layernorm_linear_weight_gradients(const at::Tensor& x
   p.dx = nullptr;
   cuda::layernorm_linear_backward(p, current_stream(x));
   return {b.d_ln_w, b.d_ln_b, b.dw};
+}
+
+bool layernorm_linear_trimul_fits(const at::Tensor& z, const at::Tensor& w, int64_t c) {
+  if (!z.is_cuda() || z.dim() != 4 || z.size(-1) != cuda::kLayerNormLinearCin || w.dim() != 2 ||
+      w.size(1) != cuda::kLayerNormLinearCin || !is_16bit(product_dtype(z, w)) ||
+      !kernels_run_on(z, "triangle_multiplication"))
+    return false;
+  cuda::LayerNormLinearParams p{};
+  p.M = z.numel() / cuda::kLayerNormLinearCin;
+  p.N = w.size(0);
+  const cuda::TrimulEpilogue e{z.size(0), z.size(1) * z.size(2), c, w.size(0) - 4 * c, nullptr, nullptr, nullptr,
+                               nullptr};
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(z.device().index());
+  return cuda::layernorm_linear_trimul_epilogue_fits(p, e, prop->major, prop->minor);
+}
+
+LayerNormLinearContext layernorm_linear_trimul_forward(const at::Tensor& z, const at::Tensor& ln_w,
+                                                       const at::Tensor& ln_b, const at::Tensor& w,
+                                                       const at::Tensor& mask, int64_t c, at::Tensor& proj,
+                                                       at::Tensor& a, at::Tensor& b, at::Tensor& gate) {
+  const c10::cuda::CUDAGuard guard(z.device());
+  const at::ScalarType type = product_dtype(z, w);
+  LayerNormLinearContext ctx{kernel_rows(z, z.scalar_type() == at::kFloat ? at::kFloat : type),
+                             ln_w.to(at::kFloat).contiguous(),
+                             ln_b.to(at::kFloat).contiguous(),
+                             kernel_rows(w, type),
+                             {},
+                             {},
+                             z.scalar_type(),
+                             ln_w.scalar_type(),
+                             ln_b.scalar_type(),
+                             w.scalar_type()};
+  const int64_t B = z.size(0), n = z.size(1), N = z.size(2), c_gate = w.size(0) - 4 * c;
+  const auto f32 = z.options().dtype(at::kFloat), out = z.options().dtype(type);
+  ctx.mean = at::empty({B * n * N}, f32);
+  ctx.rstd = at::empty({B * n * N}, f32);
+  proj = at::empty({B, n, N, w.size(0)}, out);
+  a = at::empty({B, c, n, N}, out);
+  b = at::empty({B, c, n, N}, out);
+  gate = at::empty({B, n, N, c_gate}, out);
+  cuda::LayerNormLinearParams p = make_params(ctx.x, ctx.ln_w, ctx.ln_b, ctx.w, at::Tensor(), ctx.mean, ctx.rstd);
+  p.y = proj.data_ptr();
+  const cuda::TrimulEpilogue e{B, n * N, c, c_gate, mask.defined() ? mask.data_ptr<float>() : nullptr,
+                               a.data_ptr(), b.data_ptr(), gate.data_ptr()};
+  cuda::layernorm_linear_forward_trimul(p, e, current_stream(z));
+  return ctx;
+}
+
+LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx, const at::Tensor& dy) {
+  const c10::cuda::CUDAGuard guard(ctx.x.device());
+  const at::Tensor dy_ = kernel_rows(dy, ctx.w.scalar_type());
+  cuda::LayerNormLinearParams p = make_params(ctx.x, ctx.ln_w, ctx.ln_b, ctx.w, at::Tensor(), ctx.mean, ctx.rstd);
+  const at::Tensor dx = at::empty(ctx.x.sizes(), ctx.x.options());
+  const WeightGradBuffers b = weight_grad_buffers(p, ctx.x.options().dtype(at::kFloat));
+  p.dy = dy_.data_ptr();
+  p.dx = dx.data_ptr();
+  cuda::layernorm_linear_backward(p, current_stream(ctx.x));
+  return {dx.to(ctx.x_dtype), b.d_ln_w.to(ctx.ln_w_dtype), b.d_ln_b.to(ctx.ln_b_dtype), b.dw.to(ctx.w_dtype), b.db};
 }
 
 }  // namespace megafold::ops

@@ -56,6 +56,27 @@ void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream);
 // capability major.minor: built in, a 9.0 GPU, N % 8 == 0.
 bool layernorm_linear_use_sm90(int64_t N, int major, int minor);
 
+// Triangle multiplication's operands (triangle_multiplication_cuda.h) made in the sm_90a
+// forward's epilogue from y = [p_a | p_b | g_a | g_b | gate logits] (c, c, c, c, c_gate
+// columns), which is still written (the operands' backward reads it):
+//   a = p_a * sigmoid(g_a) * mask, b alike: [B, c, plane] channel-major
+//   gate = sigmoid(gate logits): [M, c_gate] rows (c_gate may be 0)
+// each value computed from y's rounded values and rounded once, as the separate operands pass
+// does; y itself is not read back.
+struct TrimulEpilogue {
+  int64_t batch, plane, c, c_gate;  // M = batch * plane rows
+  const float* mask;                // [M] or null
+  void* a;
+  void* b;
+  void* gate;
+};
+// Whether the epilogue serves this shape on a GPU of compute capability major.minor (the
+// sm_90a forward runs, c and c_gate multiples of 64, no bias, a plane of a multiple of 8 pairs,
+// TMA's 16-byte strides for a and b, and no 64-row tile straddling two batch elements).
+bool layernorm_linear_trimul_epilogue_fits(const LayerNormLinearParams& p, const TrimulEpilogue& e, int major,
+                                           int minor);
+void layernorm_linear_forward_trimul(const LayerNormLinearParams& p, const TrimulEpilogue& e, void* stream);
+
 // The sm_90a kernels, called by the two above when p.sm90: the forward; dx and the chunk
 // partials of G and db (rows_per_chunk a multiple of 64).
 void layernorm_linear_forward_wgmma(const LayerNormLinearParams& p, void* stream);

@@ -57,6 +57,11 @@ struct Traits {
   static constexpr int kPanel = 64 * 128;
   // forward: A (2 panels per warpgroup), weight tiles (2 panels a slot), output staging
   static constexpr int kForwardSmem = (kWarpgroups * 2 + kForwardStages * 2 + kWarpgroups * kStaging) * kPanel + 1024;
+  // With the triangle-multiplication epilogue: a second staging tile per warpgroup (the gated
+  // operands channel-major, or the output gate's rows) and two weight slots, so that two
+  // blocks still fit an SM.
+  static constexpr int kTrimulStages = 2;
+  static constexpr int kTrimulSmem = (kWarpgroups * 2 + kTrimulStages * 2 + kWarpgroups * 2) * kPanel + 1024;
   // dx: a slot holds both warpgroups' dy tiles and the weight tile (2 panels), or, as the two
   // steps after the last, one warpgroup's 64 rows of x (up to 4 panels when x is fp32)
   static constexpr int kDxSlot = (kWarpgroups + 2) * kPanel;
@@ -75,6 +80,15 @@ struct Traits {
 };
 
 using Tr = Traits;
+
+// The triangle-multiplication epilogue's outputs (see TrimulEpilogue): a and b channel-major
+// [B, c, plane] in boxes of 64 rows x 64 channels, the output gate as rows.
+struct TrimulMaps {
+  CUtensorMap a, b, gate;
+  const float* mask;
+  int c_tiles, gate_tiles;  // 64-wide tiles per operand (c / 64) and of the gate (c_gate / 64)
+  int64_t plane;
+};
 
 struct Maps {
   CUtensorMap w;     // [N, 128], boxes 64 features x 64 columns
@@ -136,28 +150,38 @@ __device__ __forceinline__ void store_piece(unsigned char* tile, int r, int lane
 }
 #endif
 
-template <typename Tin, typename T>
+// kTrimul: the weight tiles run in the order p_a0, g_a0, p_a1, g_a1, p_b0, g_b0, ..., then the
+// output gate's (column tiles of y = [p_a | p_b | g_a | g_b | gate logits], 64 wide), and
+// besides y the epilogue writes a = p_a * sigmoid(g_a) * mask (b alike) channel-major from the
+// p tile's rounded values kept in registers and the g tile's, and the output gate
+// sigmoid(logits) as rows: what triangle_multiplication_operands computes from y, with the
+// same roundings, without reading y back.
+template <typename Tin, typename T, bool kTrimul>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     tma_wgmma_forward_kernel(const __grid_constant__ Maps maps, const __grid_constant__ CUtensorMap y_map,
-                             const LayerNormLinearParams p) {
+                             const __grid_constant__ TrimulMaps tm, const LayerNormLinearParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
+  constexpr int kStages = kTrimul ? Tr::kTrimulStages : Tr::kForwardStages;
   extern __shared__ unsigned char raw[];
-  __shared__ Ring<Tr::kForwardStages> ring;
+  __shared__ Ring<kStages> ring;
   unsigned char* a_s = aligned_1024(raw);                            // [warpgroup][2 panels]
   unsigned char* w_s = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;       // [slot][2 panels]
-  unsigned char* o_s = w_s + Tr::kForwardStages * 2 * Tr::kPanel;    // [warpgroup] one panel
+  unsigned char* o_s = w_s + kStages * 2 * Tr::kPanel;               // [warpgroup] one panel (+ one with kTrimul)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows + wg * 64;
   const int n_tiles = static_cast<int>((p.N + Tr::kTileN - 1) / Tr::kTileN);
+  // Step j's weight tile (output columns 64 tile(j) ..).
+  const int pair_tiles = kTrimul ? 4 * tm.c_tiles : 0;
+  auto tile = [&](int j) { return j >= pair_tiles ? j : j % 2 == 0 ? j / 2 : 2 * tm.c_tiles + j / 2; };
   init_ring(ring);
   auto load_w = [&](int j) {
     const int s = ring.acquire(j, 2 * Tr::kPanel);
-    tma_load_2d(w_s + s * 2 * Tr::kPanel, &maps.w, ring.filled(s), 0, j * Tr::kTileN);
-    tma_load_2d(w_s + s * 2 * Tr::kPanel + Tr::kPanel, &maps.w, ring.filled(s), 64, j * Tr::kTileN);
+    tma_load_2d(w_s + s * 2 * Tr::kPanel, &maps.w, ring.filled(s), 0, tile(j) * Tr::kTileN);
+    tma_load_2d(w_s + s * 2 * Tr::kPanel + Tr::kPanel, &maps.w, ring.filled(s), 64, tile(j) * Tr::kTileN);
   };
   if (threadIdx.x == 0)
-    for (int j = 0; j < Tr::kForwardStages && j < n_tiles; ++j) load_w(j);
+    for (int j = 0; j < kStages && j < n_tiles; ++j) load_w(j);
 
   // LayerNorm of this warp's 16 rows in two passes of 8 (loads first); lane: columns 4 lane..+3.
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
@@ -191,6 +215,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
   const bool leader = threadIdx.x % 128 == 0;
+  unsigned char* staging = o_s + wg * (kTrimul ? 2 : 1) * Tr::kPanel;
+  unsigned char* staging2 = staging + Tr::kPanel;  // kTrimul only
+  uint32_t kept[8][2];                               // kTrimul: the p tile's rounded values
+  float mask[2] = {1.f, 1.f};
+  if constexpr (kTrimul) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 16 * warp + g + 8 * h;
+      if (tm.mask != nullptr && row < p.M) mask[h] = tm.mask[row];
+    }
+  }
   for (int j = 0; j < n_tiles; ++j) {
     const unsigned char* wt = w_s + ring.wait(j) * 2 * Tr::kPanel;
     const uint64_t b_lo = smem_desc<128>(wt), b_hi = smem_desc<128>(wt + Tr::kPanel);
@@ -203,33 +238,78 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(acc);
-    ring.release(j % Tr::kForwardStages);
+    ring.release(j % kStages);
 
-    const int64_t n0 = static_cast<int64_t>(j) * Tr::kTileN;
+    const int64_t n0 = static_cast<int64_t>(tile(j)) * Tr::kTileN;
     float2 bias[8];
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
       const int64_t col = n0 + 8 * c + 2 * t;  // N % 8 == 0: col < N covers col + 1
       bias[c] = p.bias != nullptr && col < p.N ? *reinterpret_cast<const float2*>(p.bias + col) : make_float2(0.f, 0.f);
     }
-    unsigned char* staging = o_s + wg * Tr::kPanel;
-    if (leader) tma_store_wait_read<0>();  // the previous tile's store has read the staging tile
+    if (leader) tma_store_wait_read<0>();  // the previous tiles' stores have read the staging tiles
     named_barrier(1 + wg, 128);
+    uint32_t y_pairs[8][2];
 #pragma unroll
     for (int c = 0; c < 8; ++c)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * warp + g + 8 * h;
-        *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) =
-            pack2<T>(acc[4 * c + 2 * h] + bias[c].x, acc[4 * c + 2 * h + 1] + bias[c].y);
+        y_pairs[c][h] = pack2<T>(acc[4 * c + 2 * h] + bias[c].x, acc[4 * c + 2 * h + 1] + bias[c].y);
+        *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) = y_pairs[c][h];
       }
+    if constexpr (kTrimul) {
+      if (j < pair_tiles && j % 2 == 0) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) kept[c][0] = y_pairs[c][0], kept[c][1] = y_pairs[c][1];
+      } else if (j < pair_tiles) {
+        // a (or b) = p * sigmoid(g) * mask, channel-major: row r of channel ch at
+        // ch * 128 + the 16-byte chunk r / 8 (swizzled by ch % 8) + 2 (r % 8).
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + g + 8 * h;
+            const float2 pv = mma::unpack2<T>(kept[c][h]), gv = mma::unpack2<T>(y_pairs[c][h]);
+            const float v[2] = {pv.x * (1.f / (1.f + __expf(-gv.x))) * mask[h],
+                                pv.y * (1.f / (1.f + __expf(-gv.y))) * mask[h]};
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int ch = 8 * c + 2 * t + e;
+              *reinterpret_cast<T*>(staging2 + ch * 128 + (((r / 8) ^ (ch % 8)) * 16) + (r % 8) * 2) =
+                  mma::from_float<T>(v[e]);
+            }
+          }
+      } else {
+        // The output gate, sigmoid of the rounded logits, as rows.
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + g + 8 * h;
+            const float2 gv = mma::unpack2<T>(y_pairs[c][h]);
+            *reinterpret_cast<uint32_t*>(staging2 + swizzled_pair(r, c, t)) =
+                pack2<T>(1.f / (1.f + __expf(-gv.x)), 1.f / (1.f + __expf(-gv.y)));
+          }
+      }
+    }
     fence_async_shared();
     named_barrier(1 + wg, 128);
     if (leader) {
       tma_store_2d(&y_map, staging, static_cast<int>(n0), static_cast<int>(row0));
+      if constexpr (kTrimul) {
+        if (j < pair_tiles && j % 2 == 1) {
+          const int q = j / 2;  // operand tile: a's channel tiles, then b's
+          const int64_t b = row0 / tm.plane;
+          tma_store_3d(q < tm.c_tiles ? &tm.a : &tm.b, staging2, static_cast<int>(row0 - b * tm.plane),
+                       64 * (q % tm.c_tiles), static_cast<int>(b));
+        } else if (j >= pair_tiles) {
+          tma_store_2d(&tm.gate, staging2, 64 * (j - pair_tiles), static_cast<int>(row0));
+        }
+      }
       tma_store_commit();
     }
-    if (threadIdx.x == 0 && j + Tr::kForwardStages < n_tiles) load_w(j + Tr::kForwardStages);
+    if (threadIdx.x == 0 && j + kStages < n_tiles) load_w(j + kStages);
   }
   if (leader) tma_store_wait_all();
 #endif
@@ -467,9 +547,43 @@ void layernorm_linear_forward_wgmma(const LayerNormLinearParams& p, void* stream
   maps.w = rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
   const CUtensorMap y_map = rows_map(p.dtype, p.y, p.M, p.N, "layernorm_linear's output");
   const dim3 grid(grid_rows(p.M));
+  const TrimulMaps none{};
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
-    launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t)>, grid, Tr::kForwardSmem, s,
-           maps, y_map, p);
+    launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t), false>, grid,
+           Tr::kForwardSmem, s, maps, y_map, none, p);
+  });
+}
+
+bool layernorm_linear_trimul_epilogue_fits(const LayerNormLinearParams& p, const TrimulEpilogue& e, int major,
+                                           int minor) {
+  return layernorm_linear_use_sm90(p.N, major, minor) && e.c > 0 && e.c % 64 == 0 && e.c_gate >= 0 &&
+         e.c_gate % 64 == 0 && p.N == 4 * e.c + e.c_gate && p.bias == nullptr && e.plane % 8 == 0 &&
+         (e.batch == 1 || e.plane % 64 == 0) && p.M == e.batch * e.plane;
+}
+
+void layernorm_linear_forward_trimul(const LayerNormLinearParams& p, const TrimulEpilogue& e, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  Maps maps{};
+  maps.w = rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
+  const CUtensorMap y_map = rows_map(p.dtype, p.y, p.M, p.N, "triangle_multiplication's projection");
+  TrimulMaps tm{};
+  // a and b: [B, c, plane], boxes of 64 rows (innermost) x 64 channels of one batch element.
+  const uint64_t dims[3] = {static_cast<uint64_t>(e.plane), static_cast<uint64_t>(e.c), static_cast<uint64_t>(e.batch)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(e.plane) * 2, static_cast<uint64_t>(e.c * e.plane) * 2};
+  const uint32_t box[3] = {64, 64, 1};
+  tm.a = sm90::tensor_map(sm90::map_type(p.dtype), 3, e.a, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                          "triangle_multiplication's operand a");
+  tm.b = sm90::tensor_map(sm90::map_type(p.dtype), 3, e.b, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                          "triangle_multiplication's operand b");
+  if (e.c_gate > 0) tm.gate = rows_map(p.dtype, e.gate, p.M, e.c_gate, "triangle_multiplication's output gate");
+  tm.mask = e.mask;
+  tm.c_tiles = static_cast<int>(e.c / 64);
+  tm.gate_tiles = static_cast<int>(e.c_gate / 64);
+  tm.plane = e.plane;
+  const dim3 grid(grid_rows(p.M));
+  dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
+    launch("sm_90a forward kernel with the triangle-multiplication epilogue",
+           tma_wgmma_forward_kernel<decltype(tin), decltype(t), true>, grid, Tr::kTrimulSmem, s, maps, y_map, tm, p);
   });
 }
 

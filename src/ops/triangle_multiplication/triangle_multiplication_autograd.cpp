@@ -1,6 +1,8 @@
-// CUDA binding of triangle_multiplication's operands and contract stages (AutogradCUDA and CUDA
-// keys): 16-bit tensors go through triangle_multiplication_layout.cu and cuBLAS, anything else
-// through the ATen references.
+// CUDA binding of triangle_multiplication's projection, operands and contract stages
+// (AutogradCUDA and CUDA keys): 16-bit tensors go through triangle_multiplication_layout.cu,
+// layernorm_linear's kernels and cuBLAS, anything else through the ATen references.
+//   projection  on H100/H200 one layernorm_linear forward whose epilogue makes the operands
+//             (see TrimulEpilogue); backward = the operands' then layernorm_linear's.
 //   operands  proj rows -> a, b returned as [B, n, N, c] views of channel-major [B, c, n, N]
 //             memory, and the output gate as rows; backward takes da, db in that layout (a
 //             copy only if a caller changed it) and writes the projection's whole gradient.
@@ -16,6 +18,8 @@
 #include <torch/library.h>
 
 #include "ops/cuda_binding.h"
+#include "ops/layernorm_linear/layernorm_linear.h"
+#include "ops/layernorm_linear/layernorm_linear_binding.h"
 #include "ops/triangle_multiplication/triangle_multiplication.h"
 #include "ops/triangle_multiplication/triangle_multiplication_cuda.h"
 
@@ -39,6 +43,27 @@ bool rows_in_place(const at::Tensor& p) {
   return p.stride(3) == 1 && p.stride(1) == p.size(2) * p.stride(2) && p.stride(0) == p.size(1) * p.stride(1);
 }
 
+// The operands' backward: from the projection rows, the mask (float, or empty) and the
+// gradients of a, b and gate, the projection's whole gradient in one pass (no zero-filled
+// tensor for slices to land in).
+at::Tensor operands_backward(const at::Tensor& proj, const at::Tensor& mask, int64_t c, const variable_list& grads) {
+  const c10::cuda::CUDAGuard guard(proj.device());
+  const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c_gate = proj.size(3) - 4 * c;
+  auto grad_cm = [&](const at::Tensor& g) {
+    return g.defined() ? channel_major(g.to(proj.scalar_type())) : at::zeros({B, c, n, N}, proj.options());
+  };
+  const at::Tensor da = grad_cm(grads[0]), db = grad_cm(grads[1]);
+  const at::Tensor dgate = grads[2].defined() ? grads[2].to(proj.scalar_type()).contiguous()
+                                              : at::zeros({B, n, N, c_gate}, proj.options());
+  const at::Tensor dproj = at::empty({B, n, N, 4 * c + c_gate}, proj.options());
+  cuda::PairLayout l = pair_layout(proj);
+  l.c = c;
+  cuda::TrimulOperands o{proj.data_ptr(), proj.stride(2), mask.numel() > 0 ? mask.data_ptr<float>() : nullptr,
+                         c_gate, da.data_ptr(), db.data_ptr(), dgate.data_ptr(), dproj.data_ptr()};
+  cuda::trimul_operands_backward(l, o, current_stream(proj));
+  return dproj;
+}
+
 struct OperandsFunction : public torch::autograd::Function<OperandsFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& proj_in, const at::Tensor& mask_or_empty,
                                int64_t c) {
@@ -60,24 +85,49 @@ struct OperandsFunction : public torch::autograd::Function<OperandsFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
-    const at::Tensor &proj = s[0], &mask = s[1];
-    const c10::cuda::CUDAGuard guard(proj.device());
-    const int64_t c = ctx->saved_data["c"].toInt();
-    const int64_t B = proj.size(0), n = proj.size(1), N = proj.size(2), c_gate = proj.size(3) - 4 * c;
-    auto grad_cm = [&](const at::Tensor& g) {
-      return g.defined() ? channel_major(g.to(proj.scalar_type())) : at::zeros({B, c, n, N}, proj.options());
-    };
-    const at::Tensor da = grad_cm(grads[0]), db = grad_cm(grads[1]);
-    const at::Tensor dgate = grads[2].defined() ? grads[2].to(proj.scalar_type()).contiguous()
-                                                : at::zeros({B, n, N, c_gate}, proj.options());
-    // The whole projection's gradient in one pass: no zero-filled tensor for slices to land in.
-    const at::Tensor dproj = at::empty({B, n, N, 4 * c + c_gate}, proj.options());
-    cuda::PairLayout l = pair_layout(proj);
-    l.c = c;
-    cuda::TrimulOperands o{proj.data_ptr(), proj.stride(2), mask.numel() > 0 ? mask.data_ptr<float>() : nullptr,
-                           c_gate, da.data_ptr(), db.data_ptr(), dgate.data_ptr(), dproj.data_ptr()};
-    cuda::trimul_operands_backward(l, o, current_stream(proj));
-    return {dproj, at::Tensor(), at::Tensor()};
+    return {operands_backward(s[0], s[1], ctx->saved_data["c"].toInt(), grads), at::Tensor(), at::Tensor()};
+  }
+};
+
+// The projection and the operands, fused on H100/H200: layernorm_linear's forward writes the
+// projection (kept for backward) and, from its epilogue, a, b and the gate; the backward is the
+// operands' followed by layernorm_linear's.
+struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& ln_w,
+                               const at::Tensor& ln_b, const at::Tensor& w, const at::Tensor& mask_or_empty,
+                               int64_t c) {
+    const c10::cuda::CUDAGuard guard(z.device());
+    const at::Tensor mask = mask_or_empty.numel() > 0 ? mask_or_empty.to(at::kFloat).contiguous() : at::Tensor();
+    at::Tensor proj, a, b, gate;
+    const LayerNormLinearContext l = layernorm_linear_trimul_forward(z, ln_w, ln_b, w, mask, c, proj, a, b, gate);
+    ctx->save_for_backward({l.x, l.ln_w, l.ln_b, l.w, l.mean, l.rstd,
+                            mask.defined() ? mask : at::empty({0}, z.options().dtype(at::kFloat))});
+    // Kept outside the saved variables so that the backward can drop it before layernorm_linear's
+    // (saved variables live until the node's backward returns). It is no output, so holding it
+    // makes no reference cycle.
+    ctx->saved_data["proj"] = proj;
+    ctx->saved_data["c"] = c;
+    auto code = [](at::ScalarType t) { return static_cast<int64_t>(t); };
+    ctx->saved_data["dtypes"] =
+        std::vector<int64_t>{code(l.x_dtype), code(l.ln_w_dtype), code(l.ln_b_dtype), code(l.w_dtype)};
+    return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const std::vector<int64_t> dt = ctx->saved_data["dtypes"].toIntVector();
+    auto type = [&](int i) { return static_cast<at::ScalarType>(dt[i]); };
+    const LayerNormLinearContext l{s[0], s[1], s[2], s[3], s[4], s[5], type(0), type(1), type(2), type(3)};
+    at::Tensor dproj;
+    {
+      TORCH_CHECK(ctx->saved_data.count("proj") > 0, "triangle_multiplication_projection: a second backward through "
+                  "the same graph (retain_graph) is not supported; the first released the projection");
+      const at::Tensor proj = ctx->saved_data["proj"].toTensor();
+      ctx->saved_data.erase("proj");
+      dproj = operands_backward(proj, s[6], ctx->saved_data["c"].toInt(), grads);
+    }  // the projection is freed here, before the LayerNorm+Linear backward's buffers
+    const LayerNormLinearGrads g = layernorm_linear_backward(l, dproj);
+    return {g.dx, g.d_ln_w, g.d_ln_b, g.dw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -126,6 +176,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& p
   return {r[0], r[1], r[2]};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> projection_cuda(const at::Tensor& z,
+                                                               const std::optional<at::Tensor>& mask,
+                                                               const at::Tensor& ln_w, const at::Tensor& ln_b,
+                                                               const at::Tensor& w, int64_t c) {
+  const bool has_mask = mask.has_value() && mask->defined();
+  if (!layernorm_linear_trimul_fits(z, w, c) || (has_mask && mask->sizes() != z.sizes().slice(0, 3)))
+    return triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
+  check_layernorm_linear_args(z, ln_w, ln_b, w, std::nullopt);
+  const at::Tensor mask_or_empty = has_mask ? *mask : at::empty({0}, z.options());
+  const variable_list r = ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c);
+  return {r[0], r[1], r[2]};
+}
+
 at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {
   if (!is_16bit(a.scalar_type()) || a.scalar_type() != b.scalar_type() || a.dim() != 4 || b.dim() != 4 ||
       !kernels_run_on(a, "triangle_multiplication"))
@@ -141,8 +204,10 @@ at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {
 TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
   m.impl("triangle_multiplication_operands", &megafold::ops::operands_cuda);
   m.impl("triangle_multiplication_contract", &megafold::ops::contract_cuda);
+  m.impl("triangle_multiplication_projection", &megafold::ops::projection_cuda);
 }
 TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
   m.impl("triangle_multiplication_operands", &megafold::ops::operands_cuda);
   m.impl("triangle_multiplication_contract", &megafold::ops::contract_cuda);
+  m.impl("triangle_multiplication_projection", &megafold::ops::projection_cuda);
 }

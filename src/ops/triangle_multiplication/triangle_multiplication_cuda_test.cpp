@@ -7,6 +7,7 @@
 #include <ATen/Context.h>
 
 #include "core/autocast.h"
+#include "ops/layernorm_linear/layernorm_linear.h"
 #include "ops/reference_mode.h"
 #include "ops/triangle_multiplication/triangle_multiplication.h"
 #include "testing.h"
@@ -109,6 +110,49 @@ TEST_F(TriangleMultiplicationCuda, OperandsAreChannelMajorAndContractWithoutCopi
     const at::Tensor t = triangle_multiplication_contract(a, b);
     EXPECT_TRUE(t.is_contiguous());
     EXPECT_TRUE(at::equal(t, triangle_multiplication_contract_ref(a, b)));
+  }
+}
+
+// On H100/H200 the projection op makes a, b and the gate in layernorm_linear's epilogue: every
+// output and every input gradient must equal, bitwise, those of the two ops one after the other
+// (the same roundings; elsewhere the op is those two ops). Awkward planes (37^2 rows: a partial
+// last tile; two batch elements of 32^2 rows), plain 16-bit and autocast inputs, no output gate.
+TEST_F(TriangleMultiplicationCuda, ProjectionEpilogueEqualsTheTwoOpsBitwise) {
+  struct Shape {
+    int64_t batch, n, c, c_gate;
+    at::ScalarType dtype;  // kFloat: fp32 under bf16 autocast
+  };
+  for (const Shape& sh : {Shape{1, 37, 128, 128, at::kFloat}, Shape{2, 32, 128, 128, at::kHalf},
+                          Shape{1, 131, 64, 0, at::kBFloat16}, Shape{2, 37, 128, 64, at::kBFloat16}}) {
+    SCOPED_TRACE("batch=" + std::to_string(sh.batch) + " n=" + std::to_string(sh.n) + " c=" + std::to_string(sh.c) +
+                 " c_gate=" + std::to_string(sh.c_gate) + " " + c10::toString(sh.dtype));
+    const auto o = at::TensorOptions().device(at::kCUDA).dtype(sh.dtype);
+    const at::Tensor z = at::randn({sh.batch, sh.n, sh.n, 128}, o) * 2 + 0.5;
+    const at::Tensor ln_w = 1 + 0.3 * at::randn({128}, o), ln_b = 0.3 * at::randn({128}, o);
+    const at::Tensor w = at::randn({4 * sh.c + sh.c_gate, 128}, o) / std::sqrt(128.0);
+    const at::Tensor mask = (at::rand({sh.batch, sh.n, sh.n}, o.dtype(at::kFloat)) > 0.2).to(at::kFloat);
+    const auto out = o.dtype(sh.dtype == at::kFloat ? at::kBFloat16 : sh.dtype);
+    const at::Tensor ga = at::randn({sh.batch, sh.n, sh.n, sh.c}, out), gb = at::randn_like(ga);
+    const at::Tensor gg = at::randn({sh.batch, sh.n, sh.n, sh.c_gate}, out);
+    std::vector<std::vector<at::Tensor>> results;
+    for (const bool fused : {true, false}) {
+      std::vector<at::Tensor> x = {z.clone().requires_grad_(true), ln_w.clone().requires_grad_(true),
+                                   ln_b.clone().requires_grad_(true), w.clone().requires_grad_(true)};
+      TriangleMultiplicationOperands r;
+      {
+        const AutocastScope scope(at::kCUDA, sh.dtype == at::kFloat, at::kBFloat16);
+        const auto two_ops = [&] {
+          return triangle_multiplication_operands(layernorm_linear(x[0], x[1], x[2], x[3], std::nullopt), mask, sh.c);
+        };
+        r = fused ? triangle_multiplication_projection(x[0], mask, x[1], x[2], x[3], sh.c) : two_ops();
+      }
+      ((r.a * ga).sum() + (r.b * gb).sum() + (r.gate * gg).sum()).backward();
+      results.push_back({r.a, r.b, r.gate, x[0].grad(), x[1].grad(), x[2].grad(), x[3].grad()});
+    }
+    const char* names[] = {"a", "b", "gate", "dz", "d_ln_w", "d_ln_b", "dw"};
+    for (size_t i = 0; i < results[0].size(); ++i)
+      EXPECT_TRUE(at::equal(results[0][i], results[1][i])) << names[i];
+    EXPECT_TRUE(results[0][0].permute({0, 3, 1, 2}).is_contiguous());
   }
 }
 

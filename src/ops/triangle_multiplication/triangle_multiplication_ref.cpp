@@ -25,6 +25,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_operands_
   return {a, b, at::sigmoid(proj.narrow(-1, 4 * c, proj.size(-1) - 4 * c))};
 }
 
+// The two ops one after the other: the CPU path, and the CUDA path where the fused one does not
+// serve the shape.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_ref(
+    const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
+    const at::Tensor& w, int64_t c) {
+  const auto [a, b, gate] = triangle_multiplication_operands(layernorm_linear(z, ln_w, ln_b, w, std::nullopt), mask, c);
+  return {a, b, gate};
+}
+
 at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b) {
   // Channel-major views make the k-contraction one batched matmul per channel.
   const at::Tensor a_c = a.permute({0, 3, 1, 2});  // [B, c, i, k]
@@ -59,8 +68,8 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
 
   // AF3 SI Alg. 12 / 13. The a/b projections and the output gate share LayerNorm_in(z): one
   // layernorm_linear (the fused kernels on a GPU), so the normalised z is never stored.
-  const at::Tensor proj = layernorm_linear(z, ln_in_weight, ln_in_bias, at::cat({w_ab, w_g}), std::nullopt);
-  const auto [a, b, gate] = triangle_multiplication_operands(proj, mask, c);
+  const auto [a, b, gate] =
+      triangle_multiplication_projection(z, mask, ln_in_weight, ln_in_bias, at::cat({w_ab, w_g}), c);
   // incoming t_ij = sum_k a_ki b_kj is the outgoing form on the transposed operands (views).
   const at::Tensor t = outgoing ? triangle_multiplication_contract(a, b)
                                 : triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2));
