@@ -47,13 +47,15 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
 
 at::Tensor PairStackImpl::transition_step(const at::Tensor& z) {
   const int64_t n = z.size(1), rows = plan_.chunk_rows(n);
-  if (rows >= n) return z + transition_->forward(z);
+  // The residual add as one pass each way (its backward hands the transition its gradient in
+  // the transition's dtype directly).
+  if (rows >= n) return ops::residual_update(z, transition_->forward(z), std::nullopt, std::nullopt);
   // The transition keeps only its input for backward, so row chunks bound its 4c-wide
   // transients (its backward recomputes the hidden layer) without recomputing anything.
   std::vector<at::Tensor> updates;
   for (int64_t start = 0; start < n; start += rows)
     updates.push_back(transition_->forward(z.narrow(1, start, std::min(rows, n - start))));
-  return z + at::cat(updates, 1);
+  return ops::residual_update(z, at::cat(updates, 1), std::nullopt, std::nullopt);
 }
 
 at::Tensor PairStackImpl::forward_rows(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed,
