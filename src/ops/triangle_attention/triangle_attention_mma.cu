@@ -884,22 +884,33 @@ __global__ void __launch_bounds__(kThreads, 2) dbias_kernel(const TriangleAttent
 
 // dbias = sum over chunks, in chunk order, rounded once to Out and stored through dbias_stride.
 // Block x = row (b, i), block y = 256 keys j, a thread per (b, i, j) over all heads (no 64-bit
-// index division, which cost as much as the traffic): each head's partials are read coalesced,
-// and when the output is the projection's bias columns (heads adjacent, rows 4 H d + H
-// elements apart) a thread's H values land in one sector together instead of H sectors
-// written at H different times (each a partial-sector write to DRAM).
-template <typename Out>
+// index division, which cost as much as the traffic): each head's partials are read coalesced.
+// kHeads adjacent heads go out as one store: 4 when the output is the projection's bias columns
+// (heads adjacent, rows 4 H d + H elements apart, where the stores are sectors apart and one
+// 8-byte store a pair row beats four 2-byte ones), else 1.
+template <typename Out, int kHeads>
 __global__ void dbias_reduce_kernel(const TriangleAttentionParams p, int64_t chunks) {
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (j >= p.N) return;
   const int n = static_cast<int>(p.N), row = static_cast<int>(blockIdx.x);  // B * N < 2^31 (the grid's limit)
   const int64_t b = row / n, i = row % n, plane = p.N * p.N, chunk = p.B * p.H * plane;
   const int64_t* s = p.dbias_stride;
-  for (int64_t h = 0; h < p.H; ++h) {
-    const float* partial = p.dbias_partial + (b * p.H + h) * plane + i * p.N + j;
-    float sum = 0.f;
-    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * chunk];
-    static_cast<Out*>(p.dbias)[b * s[0] + h * s[1] + i * s[2] + j * s[3]] = static_cast<Out>(sum);
+  for (int64_t h0 = 0; h0 < p.H; h0 += kHeads) {
+    Out v[kHeads];
+#pragma unroll
+    for (int k = 0; k < kHeads; ++k) {
+      const float* partial = p.dbias_partial + (b * p.H + h0 + k) * plane + i * p.N + j;
+      float sum = 0.f;
+      for (int64_t c = 0; c < chunks; ++c) sum += partial[c * chunk];
+      v[k] = static_cast<Out>(sum);
+    }
+    Out* out = static_cast<Out*>(p.dbias) + b * s[0] + h0 * s[1] + i * s[2] + j * s[3];
+    if constexpr (kHeads == 1) {
+      *out = v[0];
+    } else {
+      static_assert(kHeads * sizeof(Out) == 8, "one 8-byte store");
+      *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(v);
+    }
   }
 }
 
@@ -909,13 +920,20 @@ int64_t tiles(int64_t n, int per) { return (n + per - 1) / per; }
 
 void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream) {
   MF_CHECK(p.B * p.N <= 0x7fffffff, "triangle_attention CUDA: ", p.B * p.N, " bias rows exceed the grid limit");
-  const dim3 blocks(static_cast<unsigned int>(p.B * p.N), static_cast<unsigned int>((p.N + kBlockThreads - 1) / kBlockThreads));
+  const dim3 blocks(static_cast<unsigned int>(p.B * p.N),
+                    static_cast<unsigned int>((p.N + kBlockThreads - 1) / kBlockThreads));
   const auto s = static_cast<cudaStream_t>(stream);
+  // Four adjacent 16-bit heads per store when every group of them starts 8-byte aligned.
+  const int64_t* st = p.dbias_stride;
+  const bool packed = p.dbias_dtype != DType::kFloat32 && st[1] == 1 && p.H % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(p.dbias) % 8 == 0 && st[0] % 4 == 0 && st[2] % 4 == 0 &&
+                      st[3] % 4 == 0;
+  auto run = [&](auto kernel) { launch_kernel(kernel, blocks, kBlockThreads, 0, s, p, chunks); };
   switch (p.dbias_dtype) {
-    case DType::kFloat32: return launch_kernel(dbias_reduce_kernel<float>, blocks, kBlockThreads, 0, s, p, chunks);
-    case DType::kFloat16: return launch_kernel(dbias_reduce_kernel<__half>, blocks, kBlockThreads, 0, s, p, chunks);
+    case DType::kFloat32: return run(dbias_reduce_kernel<float, 1>);
+    case DType::kFloat16: return packed ? run(dbias_reduce_kernel<__half, 4>) : run(dbias_reduce_kernel<__half, 1>);
     case DType::kBFloat16:
-      return launch_kernel(dbias_reduce_kernel<__nv_bfloat16>, blocks, kBlockThreads, 0, s, p, chunks);
+      return packed ? run(dbias_reduce_kernel<__nv_bfloat16, 4>) : run(dbias_reduce_kernel<__nv_bfloat16, 1>);
   }
 }
 
