@@ -73,15 +73,15 @@ BLOCK_IMPLS = [
 ]
 
 
-def block_table():
+def block_table(name="pairformer_block"):
     """One row per implementation and commit: the baselines and ours of one run side by side,
-    and ours again at any later commit (labelled with it)."""
-    d = load("pairformer_block")
+    and ours again at any other commit (labelled with it; the first row of each in the file)."""
+    d = load(name)
     ns = sorted({r["n"] for r in d["rows"]})
     by = {}
     for r in d["rows"]:
         by.setdefault((r["impl"], r.get("commit", d["commit"])), {}).setdefault(r["n"], r)
-    lines = [f"`bench/results/pairformer_block.json`, {d['gpu']}, fwd+bwd median / peak; the commit of each "
+    lines = [f"`bench/results/{name}.json`, {d['gpu']}, fwd+bwd median / peak; the commit of each "
              "run in brackets:", "",
              "| block | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
     # The run with the most implementations (the side-by-side one) first, later runs of ours after.
@@ -154,7 +154,8 @@ def attention_memory_table():
                       ""] + rows)
 
 
-TABLES = {"memory": memory_table, "block": block_table, "attention": attention_table}
+TABLES = {"memory": memory_table, "block": block_table, "block-h100": lambda: block_table("pairformer_block_h100"),
+          "attention": attention_table}
 DOC_TABLES = {"attention-memory": attention_memory_table}
 
 
