@@ -66,6 +66,25 @@ WeightGradBuffers weight_grad_buffers(cuda::LayerNormLinearParams& p, const at::
   return b;
 }
 
+// The inputs in kernel layout (x in fp32 or the product type `type`, the weight in `type`, the
+// LayerNorm's parameters in fp32) with the inputs' dtypes, and the row statistics the forward
+// will write.
+LayerNormLinearContext kernel_context(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                                      const at::Tensor& w, at::ScalarType type) {
+  const int64_t M = x.numel() / cuda::kLayerNormLinearCin;
+  const auto f32 = x.options().dtype(at::kFloat);
+  return {kernel_rows(x, x.scalar_type() == at::kFloat ? at::kFloat : type),
+          ln_w.to(at::kFloat).contiguous(),
+          ln_b.to(at::kFloat).contiguous(),
+          kernel_rows(w, type),
+          at::empty({M}, f32),
+          at::empty({M}, f32),
+          x.scalar_type(),
+          ln_w.scalar_type(),
+          ln_b.scalar_type(),
+          w.scalar_type()};
+}
+
 struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinearFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& ln_weight,
                                const at::Tensor& ln_bias, const at::Tensor& weight, const at::Tensor& bias_or_empty,
@@ -73,23 +92,18 @@ struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinea
     const c10::cuda::CUDAGuard guard(x.device());
     const auto type = static_cast<at::ScalarType>(product);
     const at::Tensor bias = bias_or_empty.numel() > 0 ? bias_or_empty.to(at::kFloat).contiguous() : at::Tensor();
-    const at::Tensor x_ = kernel_rows(x, x.scalar_type() == at::kFloat ? at::kFloat : type);
-    const at::Tensor w_ = kernel_rows(weight, type);
-    const at::Tensor ln_w = ln_weight.to(at::kFloat).contiguous(), ln_b = ln_bias.to(at::kFloat).contiguous();
-    const int64_t M = x.numel() / cuda::kLayerNormLinearCin;
-    const auto f32 = x.options().dtype(at::kFloat);
-    const at::Tensor mean = at::empty({M}, f32), rstd = at::empty({M}, f32);
+    const LayerNormLinearContext c = kernel_context(x, ln_weight, ln_bias, weight, type);
     std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
     out_shape.back() = weight.size(0);
     const at::Tensor y = at::empty(out_shape, x.options().dtype(type));
-    cuda::LayerNormLinearParams p = make_params(x_, ln_w, ln_b, w_, bias, mean, rstd);
+    cuda::LayerNormLinearParams p = make_params(c.x, c.ln_w, c.ln_b, c.w, bias, c.mean, c.rstd);
     p.y = y.data_ptr();
     cuda::layernorm_linear_forward(p, current_stream(x));
-    ctx->save_for_backward({x_, ln_w, ln_b, w_, mean, rstd});
-    ctx->saved_data["x_dtype"] = x.scalar_type();
-    ctx->saved_data["ln_w_dtype"] = ln_weight.scalar_type();
-    ctx->saved_data["ln_b_dtype"] = ln_bias.scalar_type();
-    ctx->saved_data["w_dtype"] = weight.scalar_type();
+    ctx->save_for_backward({c.x, c.ln_w, c.ln_b, c.w, c.mean, c.rstd});
+    ctx->saved_data["x_dtype"] = c.x_dtype;
+    ctx->saved_data["ln_w_dtype"] = c.ln_w_dtype;
+    ctx->saved_data["ln_b_dtype"] = c.ln_b_dtype;
+    ctx->saved_data["w_dtype"] = c.w_dtype;
     ctx->saved_data["bias_dtype"] = bias_or_empty.numel() > 0 ? bias_or_empty.scalar_type() : at::kFloat;
     ctx->saved_data["has_bias"] = bias_or_empty.numel() > 0;
     return {y};
@@ -163,20 +177,9 @@ LayerNormLinearContext layernorm_linear_trimul_forward(const at::Tensor& z, cons
                                                        at::Tensor& a, at::Tensor& b, at::Tensor& gate) {
   const c10::cuda::CUDAGuard guard(z.device());
   const at::ScalarType type = product_dtype(z, w);
-  LayerNormLinearContext ctx{kernel_rows(z, z.scalar_type() == at::kFloat ? at::kFloat : type),
-                             ln_w.to(at::kFloat).contiguous(),
-                             ln_b.to(at::kFloat).contiguous(),
-                             kernel_rows(w, type),
-                             {},
-                             {},
-                             z.scalar_type(),
-                             ln_w.scalar_type(),
-                             ln_b.scalar_type(),
-                             w.scalar_type()};
+  const LayerNormLinearContext ctx = kernel_context(z, ln_w, ln_b, w, type);
   const int64_t B = z.size(0), n = z.size(1), N = z.size(2), c_gate = w.size(0) - 4 * c;
-  const auto f32 = z.options().dtype(at::kFloat), out = z.options().dtype(type);
-  ctx.mean = at::empty({B * n * N}, f32);
-  ctx.rstd = at::empty({B * n * N}, f32);
+  const auto out = z.options().dtype(type);
   proj = at::empty({B, n, N, w.size(0)}, out);
   a = at::empty({B, c, n, N}, out);
   b = at::empty({B, c, n, N}, out);

@@ -86,7 +86,7 @@ using Tr = Traits;
 struct TrimulMaps {
   CUtensorMap a, b, gate;
   const float* mask;
-  int c_tiles, gate_tiles;  // 64-wide tiles per operand (c / 64) and of the gate (c_gate / 64)
+  int c_tiles;  // 64-wide tiles per operand (c / 64); the gate's follow them up to N
   int64_t plane;
 };
 
@@ -578,7 +578,6 @@ void layernorm_linear_forward_trimul(const LayerNormLinearParams& p, const Trimu
   if (e.c_gate > 0) tm.gate = rows_map(p.dtype, e.gate, p.M, e.c_gate, "triangle_multiplication's output gate");
   tm.mask = e.mask;
   tm.c_tiles = static_cast<int>(e.c / 64);
-  tm.gate_tiles = static_cast<int>(e.c_gate / 64);
   tm.plane = e.plane;
   const dim3 grid(grid_rows(p.M));
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {

@@ -7,15 +7,17 @@
 // (64 x 128 each) and w_out's columns (128 x 64), six 8 KB panels.
 //   forward   persistent (a block per SM loops over row tiles; the last warpgroup done with a
 //             slot refills it, so the warpgroups drift apart instead of waiting for each
-//             other, and the next tile's weights arrive during this one); LayerNorm in registers, the rows in shared memory as the A operand; per chunk
+//             other, and the next tile's weights arrive during this one); LayerNorm in
+//             registers, the rows in shared memory as the A operand; per chunk
 //             a, b = A w_in[chunk]^T (m64n64k16 x 16), h = silu(a) * b packed to 16-bit A
 //             fragments in registers, y += h w_out[:, chunk]^T (m64n64k16 from registers x 8).
 //             The next chunk's a, b are issued together with this chunk's y product, so the
 //             tensor cores hold work while the warpgroup computes its next gate (and the other
 //             warpgroup covers the rest). y leaves through the A tile and TMA stores.
-//   backward  a block per tile, thread 0 refilling the ring; the same rows, and dy by TMA; per chunk a, b and dh = dy w_out[:, chunk] (w_out's
-//             panels read MN-major), then h, da and db in registers: they leave through
-//             staging tiles and TMA stores for the weight gradients, while
+//   backward  a block per tile, thread 0 refilling the ring; the same rows, and dy by TMA; per
+//             chunk a, b and dh = dy w_out[:, chunk] (w_out's panels read MN-major), then h,
+//             da and db in registers: they leave through staging tiles and TMA stores for the
+//             weight gradients, while
 //             dxhat' += [da | db] w_in[chunk] accumulates on chip (A from registers, w_in's
 //             panels read MN-major) and ends in the LayerNorm backward: dx.
 // Why: the mma.sync kernel ran at ~165 TFLOP/s, and the backward it left to the unfused ops

@@ -165,24 +165,21 @@ void run_backward(const Saved& s, const at::Tensor& grad, at::IntArrayRef out_st
   const at::Tensor& q = s.q;
   const bool sm90 = sm90_kernels(q);
   at::Tensor d_out = grad.defined() ? grad.to(q.scalar_type()) : at::zeros_like(s.o);
-  // Without a gate d_out is the kernels' d_o, which they read dense.
+  // Without a gate d_out is the kernels' d_o, which they read dense (by TMA on sm_90a: 16-byte
+  // aligned). A fresh allocation is both.
   const at::IntArrayRef want = s.gate.defined() ? out_strides : s.o.strides();
-  if (!same_layout(d_out, want)) {
+  if (!same_layout(d_out, want) || (sm90 && reinterpret_cast<uintptr_t>(d_out.data_ptr()) % 16 != 0)) {
     at::Tensor laid = at::empty_strided(d_out.sizes(), want, d_out.options());
     laid.copy_(d_out);
     d_out = laid;
   }
-  if (sm90 && reinterpret_cast<uintptr_t>(d_out.data_ptr()) % 16 != 0) {
-    at::Tensor aligned = at::empty_strided(d_out.sizes(), d_out.strides(), d_out.options());
-    aligned.copy_(d_out);
-    d_out = aligned;
-  }
   const at::Tensor d_o = s.gate.defined() ? dense_like(s.o) : d_out;
   const at::Tensor delta = at::empty_like(s.lse);
   // The sm_90a dK/dV kernel reads each query's (lse, delta) pair with its tiles.
-  const at::Tensor stats = sm90 ? at::empty({s.lse.size(0), s.lse.size(1), s.lse.size(2), (s.lse.size(3) + 1) / 2 * 2, 2},
-                                            s.lse.options())
-                                : at::Tensor();
+  const at::Tensor& lse = s.lse;
+  const at::Tensor stats =
+      sm90 ? at::empty({lse.size(0), lse.size(1), lse.size(2), (lse.size(3) + 1) / 2 * 2, 2}, lse.options())
+           : at::Tensor();
   at::Tensor partial;
   cuda::TriangleAttentionParams p = make_params(q, s.k, s.v, s.bias, s.mask, s.gate);
   const auto sm90_bias = sm90 ? use_sm90(p, s.bias, true) : std::pair<at::Tensor, at::Tensor>();

@@ -48,7 +48,9 @@ __global__ void __launch_bounds__(kPrologueThreads)
   if (local < rows_per_block && first + local < rows) {
     const int64_t row = first + local, at = row * p.d + piece * kVec;
     const RowIndex x = coords(row);
-    auto strided = [&](const int64_t(&s)[5]) { return x.b * s[0] + x.r * s[1] + x.n * s[2] + x.h * s[3] + piece * kVec; };
+    auto strided = [&](const int64_t(&s)[5]) {
+      return x.b * s[0] + x.r * s[1] + x.n * s[2] + x.h * s[3] + piece * kVec;
+    };
     const Pack<T, kVec> o = load_pack<T, kVec>(static_cast<const T*>(p.o) + at);
     const Pack<T, kVec> d_out = load_pack<T, kVec>(static_cast<const T*>(p.d_out) + strided(p.out_stride));
     float* prod = products + local * stride + piece * kVec;

@@ -272,9 +272,10 @@ __global__ void __launch_bounds__(kThreads) dbias_kernel(const TriangleAttention
     __syncthreads();
   }
   if (j >= p.N) return;
+  const int64_t* s = p.dbias_stride;
   for (int ii = 0; ii < kBiasRows; ++ii) {
     const int64_t i = i0 + ii;
-    if (i < p.N) static_cast<float*>(p.dbias)[b * p.dbias_stride[0] + h * p.dbias_stride[1] + i * p.dbias_stride[2] + j * p.dbias_stride[3]] = acc[ii];
+    if (i < p.N) static_cast<float*>(p.dbias)[b * s[0] + h * s[1] + i * s[2] + j * s[3]] = acc[ii];
   }
 }
 
