@@ -23,6 +23,8 @@ class TransitionImpl : public torch::nn::Module {
  public:
   TransitionImpl(int64_t c, int64_t n);
   at::Tensor forward(const at::Tensor& x);  // [..., c] -> [..., c]
+  // The residual step x + forward(x), x's two gradients summed inside the transition's backward.
+  at::Tensor residual_step(const at::Tensor& x);
  private:
   at::Tensor ln_w_, ln_b_, w_in_, w_out_;
 };
@@ -60,7 +62,8 @@ TORCH_MODULE(TriangleMultiplication);
 class TriangleAttentionImpl : public torch::nn::Module {
  public:
   TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim, bool starting);
-  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask);  // [B,N,N,c_z]
+  // The residual step z + scale * attention(z) ([B, N, N, c_z]; scale: the dropout mask).
+  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask, const std::optional<at::Tensor>& scale);
   // Starting-node attention on this rank's rows x [B, n, N, c_z] with their key mask
   // [B, n, N], whatever this module's node: the ending node runs it on rows of z^T. The bias
   // (all rows) is gathered.

@@ -40,16 +40,16 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
   }
   z = tri_mul_out_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0));
   z = tri_mul_in_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1));
-  z = ops::residual_update(z, tri_attn_start_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kRowwise, 2));
-  z = ops::residual_update(z, tri_attn_end_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kColumnwise, 3));
+  z = tri_attn_start_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 2));
+  z = tri_attn_end_->forward(z, pair_mask, drop(z, DropoutAxis::kColumnwise, 3));
   return transition_step(z);
 }
 
 at::Tensor PairStackImpl::transition_step(const at::Tensor& z) {
   const int64_t n = z.size(1), rows = plan_.chunk_rows(n);
   // The residual add as one pass each way (its backward hands the transition its gradient in
-  // the transition's dtype directly).
-  if (rows >= n) return ops::residual_update(z, transition_->forward(z), std::nullopt, std::nullopt);
+  // the transition's dtype directly, and z's two gradients meet in the transition's backward).
+  if (rows >= n) return transition_->residual_step(z);
   // The transition keeps only its input for backward, so row chunks bound its 4c-wide
   // transients (its backward recomputes the hidden layer) without recomputing anything.
   std::vector<at::Tensor> updates;

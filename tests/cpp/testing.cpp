@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 
@@ -75,6 +76,39 @@ void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& na
       << what << ": rms error " << rms << " vs naive low-precision rms error " << rms_naive;
   EXPECT_LE(max, 4.0 * max_naive + atol)
       << what << ": largest error " << max << " vs naive low-precision largest error " << max_naive;
+}
+
+void expect_passthrough_adds_residual_gradient(
+    const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
+    const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& passthrough,
+    const std::vector<at::Tensor>& in, const at::Tensor& dy, const at::Tensor& g) {
+  auto leaves = [&] {
+    std::vector<at::Tensor> x;
+    for (const at::Tensor& t : in) x.push_back(t.detach().clone().requires_grad_(true));
+    return x;
+  };
+  const std::vector<at::Tensor> a = leaves(), b = leaves();
+  const at::Tensor y_plain = plain(a);
+  y_plain.backward(dy.to(y_plain.scalar_type()));
+  const auto [y, through] = passthrough(b);
+  EXPECT_TRUE(at::equal(y, y_plain)) << "y differs from the plain op's";
+  EXPECT_EQ(through.data_ptr(), b[0].data_ptr()) << "the second output is not x's storage";
+  torch::autograd::backward({y, through}, {dy.to(y.scalar_type()), g.to(through.scalar_type())});
+  const at::Tensor dx = b[0].grad(), dx_plain = a[0].grad();
+  const at::Tensor sum = dx_plain + g.to(dx_plain.scalar_type());
+  if (dx.scalar_type() == at::kFloat || dx.scalar_type() == at::kDouble) {
+    EXPECT_TRUE(at::equal(dx, sum)) << "dx is not the plain dx + g; largest difference "
+                                    << (dx - sum).abs().max().item<double>();
+  } else {
+    // Unit roundoff u: rounding v + g once and rounding v, then the sum, differ by at most
+    // u|v + g| + u|v| + u|round(v) + g| <= 2u (|round(v) + g| + |round(v)|) (1 + 2u).
+    const double u = std::ldexp(1.0, dx.scalar_type() == at::kHalf ? -11 : -8);
+    const at::Tensor r = dx_plain.to(at::kFloat), s32 = r + g.to(at::kFloat);
+    const at::Tensor excess = (dx.to(at::kFloat) - sum.to(at::kFloat)).abs() - 2.01 * u * (s32.abs() + r.abs());
+    EXPECT_LE(excess.max().item<double>(), 0.0) << "dx is further from the plain dx + g than two roundings";
+  }
+  for (size_t i = 1; i < in.size(); ++i)
+    if (a[i].grad().defined()) EXPECT_TRUE(at::equal(a[i].grad(), b[i].grad())) << "gradient of input " << i;
 }
 
 void expect_matches_references(const std::vector<at::Tensor>& ours, const std::vector<at::Tensor>& again,

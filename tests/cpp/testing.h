@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/check.h"
@@ -56,6 +57,18 @@ void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& na
 void expect_matches_references(const std::vector<at::Tensor>& ours, const std::vector<at::Tensor>& again,
                                const std::vector<at::Tensor>& naive, const std::vector<at::Tensor>& ref64,
                                const std::vector<std::string>& names);
+
+// An op's passthrough form against its plain form, on inputs `in` (x first; each becomes a
+// fresh leaf that requires grad): `passthrough` returns (y, x passed through) for a residual
+// stream. y must equal the plain op's bitwise and the second output must be x's own storage;
+// with dy along y and g along the passthrough, x's gradient must be the plain op's dx + g,
+// bitwise for fp32 x (the same fp32 value gets g added) and for 16-bit x within the two ways of
+// rounding the sum (once in the kernel, or dx rounded and then the sum), and every other
+// gradient bitwise the plain op's.
+void expect_passthrough_adds_residual_gradient(
+    const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
+    const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& passthrough,
+    const std::vector<at::Tensor>& in, const at::Tensor& dy, const at::Tensor& g);
 
 // Overwrites every parameter of m with N(0, scale^2) draws. Zero-initialised output
 // projections make fresh blocks the identity; tests that need the whole computation to act

@@ -14,9 +14,10 @@ def naive_attention(q, k, v, bias, mask, gate):
 
 
 def test_all_ops_registered(megafold_ops):
-    for name in ["layernorm_linear", "swiglu_transition", "swiglu", "triangle_multiplication",
+    for name in ["layernorm_linear", "layernorm_linear_passthrough", "swiglu_transition",
+                 "swiglu_transition_passthrough", "swiglu", "triangle_multiplication",
                  "triangle_multiplication_operands", "triangle_multiplication_contract",
-                 "triangle_attention", "attention_pair_bias"]:
+                 "triangle_multiplication_projection", "triangle_attention", "attention_pair_bias"]:
         assert hasattr(megafold_ops, name), name
 
 
@@ -66,6 +67,24 @@ def test_layernorm_linear_matches_torch_modules(megafold_ops):
         ln.bias.normal_()
     out = megafold_ops.layernorm_linear(x, ln.weight, ln.bias, lin.weight, lin.bias)
     torch.testing.assert_close(out, lin(ln(x)))
+
+
+def test_passthrough_ops_in_a_residual_block(megafold_ops):
+    # x + f(x) written with the passthrough forms: the same values and gradients as the plain ops.
+    x = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
+    ln_w, ln_b = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
+    w_in, w_out = torch.randn(64, 16, dtype=torch.float64) / 4, torch.randn(16, 32, dtype=torch.float64) / 6
+    w = torch.randn(16, 16, dtype=torch.float64) / 4
+    y, stream = megafold_ops.layernorm_linear_passthrough(x, ln_w, ln_b, w, None)
+    update, stream = megafold_ops.swiglu_transition_passthrough(stream + y, ln_w, ln_b, w_in, w_out)
+    out = stream + update
+    plain = x + megafold_ops.layernorm_linear(x, ln_w, ln_b, w, None)
+    plain = plain + megafold_ops.swiglu_transition(plain, ln_w, ln_b, w_in, w_out)
+    torch.testing.assert_close(out, plain, rtol=0, atol=0)
+    g = torch.randn_like(out)
+    (dx,) = torch.autograd.grad(out, x, g)
+    (dx_plain,) = torch.autograd.grad(plain, x, g)
+    torch.testing.assert_close(dx, dx_plain, rtol=1e-13, atol=1e-13)
 
 
 def test_bad_argument_is_named(megafold_ops):

@@ -22,11 +22,13 @@ __device__ __forceinline__ int swizzled_pair(int r, int c, int t) { return r * 1
 // rows are rows[h] (16 warp + g + 8 h of the warpgroup), xhat(h, col) gives the normalised
 // pair at columns col, col + 1 of row h.
 //   dxhat = dxhat' * ln_w,  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+// dx_add (dx's layout, or null) is added before the one rounding: the gradient x receives along
+// a residual path, so that no separate pass sums the two.
 // A row is whole within a quad of lanes, so its sums are two shuffles. Rows >= M are skipped.
 template <typename Tin, typename XHat>
 __device__ __forceinline__ void layernorm_backward_rows(const float (&acc)[2][32], const float* ln_w, XHat&& xhat,
                                                         const int64_t (&rows)[2], const float (&rstd)[2], int64_t M,
-                                                        Tin* dx) {
+                                                        Tin* dx, const Tin* dx_add) {
   constexpr int kC = 128;
   const int t = threadIdx.x % 4;
   // fn(h, col, ln_w pair, accumulator pair) over this thread's pairs of columns of both rows.
@@ -61,8 +63,9 @@ __device__ __forceinline__ void layernorm_backward_rows(const float (&acc)[2][32
   each_pair([&](int h, int col, float2 gw, const float* a) {
     if (rows[h] >= M) return;
     const float2 xh = xhat(h, col);
-    mma::store2(dx + rows[h] * kC + col, rstd[h] * (a[0] * gw.x - s1[h] - xh.x * s2[h]),
-                rstd[h] * (a[1] * gw.y - s1[h] - xh.y * s2[h]));
+    const float2 add = dx_add != nullptr ? mma::load2(dx_add + rows[h] * kC + col) : make_float2(0.f, 0.f);
+    mma::store2(dx + rows[h] * kC + col, rstd[h] * (a[0] * gw.x - s1[h] - xh.x * s2[h]) + add.x,
+                rstd[h] * (a[1] * gw.y - s1[h] - xh.y * s2[h]) + add.y);
   });
 }
 

@@ -43,10 +43,12 @@ LayerNormLinearContext layernorm_linear_trimul_forward(const at::Tensor& z, cons
                                                        const at::Tensor& mask, int64_t c, at::Tensor& proj,
                                                        at::Tensor& a, at::Tensor& b, at::Tensor& gate);
 // dx and the weight gradients (each in its input's dtype; db, the gradient of a bias, in float)
-// from dy [.., N].
+// from dy [.., N]. A defined `through` (x's shape: the gradient of x passed through as a
+// residual stream) is added to dx by the dx kernel itself.
 struct LayerNormLinearGrads {
   at::Tensor dx, d_ln_w, d_ln_b, dw, db;
 };
-LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx, const at::Tensor& dy);
+LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx, const at::Tensor& dy,
+                                               const at::Tensor& through = {});
 
 }  // namespace megafold::ops

@@ -14,11 +14,22 @@
 // LayerNorm+Linear and swiglu kernels. Anything else runs the reference.
 #include <ATen/core/Tensor.h>
 
+#include <tuple>
+
 namespace megafold::ops {
 
 at::Tensor swiglu_transition(const at::Tensor& x, const at::Tensor& ln_weight,
                              const at::Tensor& ln_bias, const at::Tensor& w_in,
                              const at::Tensor& w_out);
+
+// For the residual step x + swiglu_transition(x): returns (update, x), x passed through
+// unchanged to be the residual stream, so that the backward receives the residual's gradient
+// of x and the fused backward kernel (H100/H200) adds it to dx itself instead of autograd
+// summing x's two gradients in a separate pass. Same values as swiglu_transition; registered as
+// torch.ops.megafold.swiglu_transition_passthrough.
+std::tuple<at::Tensor, at::Tensor> swiglu_transition_passthrough(const at::Tensor& x, const at::Tensor& ln_weight,
+                                                                 const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                                                 const at::Tensor& w_out);
 
 // The gated activation silu(a) * b of ab = [a | b] ([..., 2h] -> [..., h]): a dispatcher op
 // (torch.ops.megafold.swiglu) with a fused CUDA kernel for 16-bit tensors.
@@ -33,5 +44,8 @@ void check_swiglu_transition_args(const at::Tensor& x, const at::Tensor& ln_weig
 at::Tensor swiglu_transition_ref(const at::Tensor& x, const at::Tensor& ln_weight,
                                  const at::Tensor& ln_bias, const at::Tensor& w_in,
                                  const at::Tensor& w_out);
+std::tuple<at::Tensor, at::Tensor> swiglu_transition_passthrough_ref(const at::Tensor& x, const at::Tensor& ln_weight,
+                                                                     const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                                                     const at::Tensor& w_out);
 
 }  // namespace megafold::ops

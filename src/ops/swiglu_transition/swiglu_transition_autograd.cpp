@@ -98,12 +98,13 @@ struct KernelInputs {
   }
 };
 
-// Inputs: x, ln_weight, ln_bias, w_in, w_out, then the product dtype. Saves only the inputs:
-// the 2h-wide projection and the h-wide hidden layer exist in backward alone.
+// Inputs: x, ln_weight, ln_bias, w_in, w_out, then the product dtype and whether x is passed
+// through as a second output (whose gradient dx then includes). Saves only the inputs: the
+// 2h-wide projection and the h-wide hidden layer exist in backward alone.
 struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransitionFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& ln_weight,
                                const at::Tensor& ln_bias, const at::Tensor& w_in, const at::Tensor& w_out,
-                               int64_t product) {
+                               int64_t product, bool passthrough) {
     const c10::cuda::CUDAGuard guard(x.device());
     const auto type = static_cast<at::ScalarType>(product);
     const KernelInputs in(x, ln_weight, ln_bias, w_in, w_out, type);
@@ -116,6 +117,7 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(at::kCUDA);
     ctx->saved_data["product"] = product;
     ctx->saved_data["sm90"] = p.sm90;
+    if (passthrough) return {y, x};
     return {y};
   }
 
@@ -123,7 +125,7 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
   // dw_out = dy^T h (in the product dtype, as the reference's linear differentiates) and
   // layernorm_linear's weight-gradient kernels give dw_in, d ln_w and d ln_b from d ab.
   static variable_list fused_backward(AutogradContext* ctx, const variable_list& saved, const at::Tensor& grad,
-                                      at::ScalarType type) {
+                                      const at::Tensor& through, at::ScalarType type) {
     const at::Tensor &x = saved[0], &ln_weight = saved[1], &ln_bias = saved[2], &w_in = saved[3], &w_out = saved[4];
     const int64_t c = w_out.size(0), hidden = w_out.size(1), M = x.numel() / c;
     const KernelInputs in(x, ln_weight, ln_bias, w_in, w_out, type);
@@ -132,10 +134,14 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     const at::Tensor dx = at::empty(in.x.sizes(), in.x.options());
     const at::Tensor dab = at::empty({M, 2 * hidden}, t16), h = at::empty({M, hidden}, t16);
     const at::Tensor mean = at::empty({M}, f32), rstd = at::empty({M}, f32);
+    // The residual stream's gradient is added by the kernel where dx leaves it in x's dtype.
+    const bool fused = through.defined() && in.x.scalar_type() == x.scalar_type();
+    const at::Tensor add = fused ? aligned_rows(through.to(x.scalar_type())) : at::Tensor();
     cuda::SwigluTransitionBackwardParams bp{};
     bp.f = in.params();
     bp.dy = dy.data_ptr();
     bp.dx = dx.data_ptr();
+    bp.dx_add = fused ? add.data_ptr() : nullptr;
     bp.dab = dab.data_ptr();
     bp.h = h.data_ptr();
     bp.mean = mean.data_ptr<float>();
@@ -152,21 +158,33 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
       if (ctx->needs_input_grad(3)) result[3] = g.dw.to(w_in.scalar_type());
     }
     if (ctx->needs_input_grad(0)) result[0] = dx.to(x.scalar_type());
+    if (ctx->needs_input_grad(0) && through.defined() && !fused) result[0] = result[0] + through;
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const variable_list saved = ctx->get_saved_variables();
+    const c10::cuda::CUDAGuard guard(saved[0].device());
+    const auto type = static_cast<at::ScalarType>(ctx->saved_data["product"].toInt());
+    const at::Tensor grad =
+        grad_out[0].defined() ? grad_out[0] : at::zeros(saved[0].sizes(), saved[0].options().dtype(type));
+    const at::Tensor through = grad_out.size() > 1 ? grad_out[1] : at::Tensor();
+    variable_list result;
+    if (ctx->saved_data["sm90"].toBool()) {
+      result = fused_backward(ctx, saved, grad, through, type);
+    } else {
+      result = unfused_backward(ctx, saved, grad, type);
+      if (result[0].defined() && through.defined()) result[0] = result[0] + through;
+    }
+    result.push_back(at::Tensor());  // the passthrough flag
     return result;
   }
 
   // ab = layernorm_linear(x) again, under the forward's autocast state so the same kernel
   // runs; dh = dy @ w_out; one swiglu backward pass gives d ab and h (for dw_out = dy^T h, in
   // the product dtype as the reference's linear differentiates); autograd from ab for the rest.
-  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    const variable_list saved = ctx->get_saved_variables();
-    const c10::cuda::CUDAGuard guard(saved[0].device());
-    const auto type = static_cast<at::ScalarType>(ctx->saved_data["product"].toInt());
-    if (ctx->saved_data["sm90"].toBool()) {
-      const at::Tensor grad =
-          grad_out[0].defined() ? grad_out[0] : at::zeros(saved[0].sizes(), saved[0].options().dtype(type));
-      return fused_backward(ctx, saved, grad, type);
-    }
+  static variable_list unfused_backward(AutogradContext* ctx, const variable_list& saved, const at::Tensor& grad,
+                                        at::ScalarType type) {
     variable_list in;
     for (size_t i = 0; i < 4; ++i) in.push_back(saved[i].detach().requires_grad_(ctx->needs_input_grad(i)));
     const at::Tensor& w_out = saved[4];
@@ -178,7 +196,7 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
                                    ctx->saved_data["autocast_dtype"].toScalarType());
       ab = layernorm_linear(in[0], in[1], in[2], in[3], std::nullopt);  // [..., 2h]
     }
-    const at::Tensor dy = grad_out[0].to(type);                        // [..., c]
+    const at::Tensor dy = grad.to(type);                               // [..., c]
     at::Tensor dh = aligned_rows(at::matmul(dy, w_out.to(type)));      // [..., h]
     at::Tensor h = at::empty(dh.sizes(), dh.options());
     // d ab overwrites ab in place (each element is read, then written, by one thread), and h
@@ -208,18 +226,33 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
   }
 };
 
-at::Tensor swiglu_transition_cuda(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
-                                  const at::Tensor& w_in, const at::Tensor& w_out) {
+// The kernels' outputs (y, and x itself with `passthrough`), or empty where the reference serves.
+variable_list swiglu_transition_kernels(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
+                                        const at::Tensor& w_in, const at::Tensor& w_out, bool passthrough) {
   check_swiglu_transition_args(x, ln_weight, ln_bias, w_in, w_out);
   const int64_t c = x.size(-1);
   const at::ScalarType type = product_dtype(x, w_in);
-  if (!is_16bit(type) || !kernels_run_on(x, "swiglu_transition"))
-    return swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out);
+  if (!is_16bit(type) || !kernels_run_on(x, "swiglu_transition")) return {};
   if (!cuda::swiglu_transition_fused_width(c) || w_out.size(1) % cuda::swiglu_transition_hidden_multiple(c) != 0) {
     warn_reference("swiglu_transition", "c " + std::to_string(c) + ", hidden " + std::to_string(w_out.size(1)));
-    return swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out);
+    return {};
   }
-  return SwigluTransitionFunction::apply(x, ln_weight, ln_bias, w_in, w_out, static_cast<int64_t>(type))[0];
+  return SwigluTransitionFunction::apply(x, ln_weight, ln_bias, w_in, w_out, static_cast<int64_t>(type), passthrough);
+}
+
+at::Tensor swiglu_transition_cuda(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
+                                  const at::Tensor& w_in, const at::Tensor& w_out) {
+  const variable_list out = swiglu_transition_kernels(x, ln_weight, ln_bias, w_in, w_out, false);
+  return out.empty() ? swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out) : out[0];
+}
+
+std::tuple<at::Tensor, at::Tensor> swiglu_transition_passthrough_cuda(const at::Tensor& x, const at::Tensor& ln_weight,
+                                                                      const at::Tensor& ln_bias,
+                                                                      const at::Tensor& w_in,
+                                                                      const at::Tensor& w_out) {
+  const variable_list out = swiglu_transition_kernels(x, ln_weight, ln_bias, w_in, w_out, true);
+  if (out.empty()) return swiglu_transition_passthrough_ref(x, ln_weight, ln_bias, w_in, w_out);
+  return {out[0], out[1]};
 }
 
 at::Tensor swiglu_cuda(const at::Tensor& ab) {
@@ -233,9 +266,11 @@ at::Tensor swiglu_cuda(const at::Tensor& ab) {
 
 TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
   m.impl("swiglu_transition", &megafold::ops::swiglu_transition_cuda);
+  m.impl("swiglu_transition_passthrough", &megafold::ops::swiglu_transition_passthrough_cuda);
   m.impl("swiglu", &megafold::ops::swiglu_cuda);
 }
 TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
   m.impl("swiglu_transition", &megafold::ops::swiglu_transition_cuda);
+  m.impl("swiglu_transition_passthrough", &megafold::ops::swiglu_transition_passthrough_cuda);
   m.impl("swiglu", &megafold::ops::swiglu_cuda);
 }

@@ -50,6 +50,7 @@ struct SwigluTransitionBackwardParams {
   SwigluTransitionParams f;  // the forward's inputs (f.y unused)
   const void* dy;            // [M, c] 16-bit (dtype)
   void* dx;                  // [M, c] in x's dtype
+  const void* dx_add;        // [M, c] in x's dtype, added to dx (a residual path's gradient), or null
   void* dab;                 // [M, 2h] 16-bit: rows (da | db)
   void* h;                   // [M, h] 16-bit
   float* mean;               // [M] LayerNorm statistics of x

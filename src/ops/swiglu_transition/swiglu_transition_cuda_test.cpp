@@ -98,6 +98,35 @@ TEST_F(SwigluTransitionCuda, SixteenBitInputsAndUnfusedWidths) {
   }
 }
 
+// The passthrough form adds the residual stream's gradient inside the fused backward kernel
+// (H100/H200; elsewhere after the backward): fp32 x under autocast bitwise, bf16 x within the
+// roundings of the two ways of forming the sum; both kernel sets.
+TEST_F(SwigluTransitionCuda, PassthroughAddsTheResidualGradient) {
+  for (const bool portable : {false, true}) {
+    set_portable_kernels_only(portable);
+    for (const at::ScalarType t : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(std::string(portable ? "portable kernels " : "") + c10::toString(t));
+      const bool autocast = t == at::kFloat;
+      const auto o = at::TensorOptions().device(at::kCUDA).dtype(t);
+      const int64_t rows = 37 * 37, c = 128, h = 512;
+      const std::vector<at::Tensor> in = {at::randn({rows, c}, o) * 2 + 0.3, 1 + 0.3 * at::randn({c}, o),
+                                          0.3 * at::randn({c}, o), at::randn({2 * h, c}, o) / std::sqrt(double(c)),
+                                          at::randn({c, h}, o) / std::sqrt(double(h))};
+      auto plain = [&](const std::vector<at::Tensor>& x) {
+        const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+        return swiglu_transition(x[0], x[1], x[2], x[3], x[4]);
+      };
+      auto passthrough = [&](const std::vector<at::Tensor>& x) {
+        const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+        return swiglu_transition_passthrough(x[0], x[1], x[2], x[3], x[4]);
+      };
+      expect_passthrough_adds_residual_gradient(plain, passthrough, in, at::randn({rows, c}, o),
+                                                at::randn({rows, c}, o) * 3);
+    }
+  }
+  set_portable_kernels_only(false);
+}
+
 // The fused forward allocates its output (and 16-bit weight copies) only; the unfused
 // composition held the 2h-wide projection and the h-wide hidden layer as well.
 TEST_F(SwigluTransitionCuda, ForwardKeepsTheHiddenLayerOnChip) {

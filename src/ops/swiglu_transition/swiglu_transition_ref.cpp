@@ -43,4 +43,11 @@ at::Tensor swiglu_ref(const at::Tensor& ab) {
   return at::silu(ab.narrow(-1, 0, h)) * ab.narrow(-1, h, h);
 }
 
+std::tuple<at::Tensor, at::Tensor> swiglu_transition_passthrough_ref(const at::Tensor& x, const at::Tensor& ln_weight,
+                                                                     const at::Tensor& ln_bias, const at::Tensor& w_in,
+                                                                     const at::Tensor& w_out) {
+  // x itself: autograd then sums its two gradients as it would without the op.
+  return {swiglu_transition_ref(x, ln_weight, ln_bias, w_in, w_out), x};
+}
+
 }  // namespace megafold::ops

@@ -42,6 +42,21 @@ TEST(SwigluTransition, GradientsMatchFiniteDifferences) {
       [](const std::vector<at::Tensor>& x) { return swiglu_transition(x[0], x[1], x[2], x[3], x[4]); }, in);
 }
 
+// The passthrough form (the residual step): the update, x itself, and x's gradient the sum of
+// both paths'.
+TEST(SwigluTransition, PassthroughHandsXOnUnchanged) {
+  fresh_seed();
+  for (const at::ScalarType t : {at::kFloat, at::kDouble}) {
+    const auto o = at::TensorOptions().dtype(t);
+    const std::vector<at::Tensor> in = {at::randn({6, 5, 8}, o), at::randn({8}, o), at::randn({8}, o),
+                                        at::randn({32, 8}, o) / 3, at::randn({8, 16}, o) / 4};
+    expect_passthrough_adds_residual_gradient(
+        [](const std::vector<at::Tensor>& x) { return swiglu_transition(x[0], x[1], x[2], x[3], x[4]); },
+        [](const std::vector<at::Tensor>& x) { return swiglu_transition_passthrough(x[0], x[1], x[2], x[3], x[4]); },
+        in, at::randn({6, 5, 8}, o), at::randn({6, 5, 8}, o));
+  }
+}
+
 TEST(SwigluTransition, OddWeightRowsAreRejected) {
   EXPECT_THROW(swiglu_transition(at::randn({2, 4}), at::ones({4}), at::zeros({4}),
                                  at::randn({7, 4}), at::randn({4, 3})),

@@ -419,7 +419,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
     return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
   };
-  layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(bp.dx));
+  layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(bp.dx),
+                          static_cast<const Tin*>(bp.dx_add));
   if (leader) tma_store_wait_all();
 #endif
 }
