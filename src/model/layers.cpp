@@ -210,6 +210,12 @@ at::Tensor AttentionPairBiasImpl::forward(const at::Tensor& s, const at::Tensor&
                                   ln_z_b_, w_z_, w_o_, heads_);
 }
 
+std::tuple<at::Tensor, at::Tensor> AttentionPairBiasImpl::forward_passthrough(const at::Tensor& s, const at::Tensor& z,
+                                                                              const at::Tensor& token_mask) {
+  const auto [bias, z_through] = ops::layernorm_linear_passthrough(z, ln_z_w_, ln_z_b_, w_z_, std::nullopt);
+  return {ops::attention_with_pair_bias(s, bias, token_mask, ln_s_w_, ln_s_b_, w_qkvg_, b_q_, w_o_, heads_), z_through};
+}
+
 at::Tensor AttentionPairBiasImpl::forward_rows(const at::Tensor& s, const at::Tensor& z_rows,
                                                const at::Tensor& token_mask, const dist::PairShard& shard) {
   const at::Tensor bias_rows = ops::layernorm_linear(z_rows, ln_z_w_, ln_z_b_, w_z_, std::nullopt);  // [B, n, N, H]

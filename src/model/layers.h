@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 
 #include <optional>
+#include <tuple>
 
 #include "dist/shard.h"
 #include "model/config.h"
@@ -86,6 +87,10 @@ class AttentionPairBiasImpl : public torch::nn::Module {
  public:
   AttentionPairBiasImpl(int64_t c_s, int64_t c_z, int64_t heads, int64_t head_dim);
   at::Tensor forward(const at::Tensor& s, const at::Tensor& z, const at::Tensor& token_mask);
+  // forward's update and z passed through the pair-bias projection: a caller that goes on with
+  // the returned z gets z's two gradients summed in that projection's dx kernel.
+  std::tuple<at::Tensor, at::Tensor> forward_passthrough(const at::Tensor& s, const at::Tensor& z,
+                                                         const at::Tensor& token_mask);
   // The same update of the (replicated) single track from this rank's rows of z [B, n, N, c_z]:
   // the bias rows are projected here and joined (dist::join_rows) into the whole bias.
   at::Tensor forward_rows(const at::Tensor& s, const at::Tensor& z_rows, const at::Tensor& token_mask,

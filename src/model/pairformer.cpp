@@ -94,11 +94,18 @@ PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const dist::PairShard* pair_rows) {
   // AF3 SI Alg. 17, from a bf16 block boundary in the single track's (the model's) precision.
   const at::Tensor z_in = in.z.scalar_type() == at::kBFloat16 ? in.z.to(in.s.scalar_type()) : in.z;
-  const at::Tensor z = pair_rows ? pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows)
-                                 : pair_->forward(z_in, pair_mask, dropout_seed);
+  at::Tensor z = pair_rows ? pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows)
+                           : pair_->forward(z_in, pair_mask, dropout_seed);
   at::Tensor s = in.s;
-  s = s + (pair_rows != nullptr && pair_rows->sharded() ? single_attention_->forward_rows(s, z, token_mask, *pair_rows)
-                                                        : single_attention_->forward(s, z, token_mask));
+  if (pair_rows != nullptr && pair_rows->sharded()) {
+    s = s + single_attention_->forward_rows(s, z, token_mask, *pair_rows);
+  } else {
+    // The block's z passes through the pair-bias projection, which then adds the next block's
+    // gradient of z to its own in its dx kernel.
+    at::Tensor update;
+    std::tie(update, z) = single_attention_->forward_passthrough(s, z, token_mask);
+    s = s + update;
+  }
   s = s + single_transition_->forward(s);
   return {s, z};
 }
