@@ -131,6 +131,12 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// Asks the TMA unit to bring a contiguous run of `bytes` (a multiple of 16, 16-byte aligned)
+// into L2 ahead of plain loads that will need it; nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // A contiguous run of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
 // memory, no tensor map.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {

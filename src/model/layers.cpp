@@ -69,12 +69,10 @@ at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Te
   // Unsharded, the rows form of the outgoing update is this computation (ops/triangle_multiplication).
   if (outgoing_) return forward_rows(z, pair_mask, dist::PairShard{}, scale);
   const int64_t c = w_ab_.size(0) / 4;
-  // z passes through the projection so that its backward adds the residual's gradient to dz.
-  const auto [a, b, gate, z_through] =
+  const auto [a, b, gate] =
       ops::triangle_multiplication_projection(z, pair_mask, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
   // incoming t_ij = sum_k a_ki b_kj: the outgoing form on transposed views of a and b.
-  return residual(z_through, ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2)), gate,
-                  scale);
+  return residual(z, ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2)), gate, scale);
 }
 
 at::Tensor TriangleMultiplicationImpl::residual(const at::Tensor& z, const at::Tensor& t, const at::Tensor& gate,
@@ -88,18 +86,18 @@ at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const a
   const int64_t c = w_ab_.size(0) / 4;
   if (outgoing_) {
     // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows.
-    const auto [a, b, gate, z_through] = ops::triangle_multiplication_projection(
-        z, dist::local_rows(pair_mask, shard), ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
-    return residual(z_through, dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract), gate, scale);
+    const auto [a, b, gate] = ops::triangle_multiplication_projection(z, dist::local_rows(pair_mask, shard), ln_in_w_,
+                                                                      ln_in_b_, at::cat({w_ab_, w_g_}), c);
+    return residual(z, dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract), gate, scale);
   }
   // t_ij = sum_k a_ki b_kj is the outgoing form on z^T, whose rows i are these rows of the
   // output; the gate is projected from z itself.
   const at::Tensor zt = dist::transpose_shards(z, shard);
-  const auto [a, b, no_gate, zt_through] = ops::triangle_multiplication_projection(
+  const auto [a, b, no_gate] = ops::triangle_multiplication_projection(
       zt, dist::local_rows_transposed(pair_mask, shard), ln_in_w_, ln_in_b_, w_ab_, c);
   const at::Tensor t = dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract);
-  const auto [gate_logits, z_through] = ops::layernorm_linear_passthrough(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt);
-  return residual(z_through, t, at::sigmoid(gate_logits), scale);
+  const at::Tensor gate = at::sigmoid(ops::layernorm_linear(z, ln_in_w_, ln_in_b_, w_g_, std::nullopt));
+  return residual(z, t, gate, scale);
 }
 
 at::Tensor TriangleMultiplicationImpl::forward_chunked(const at::Tensor& z, const at::Tensor& pair_mask,
@@ -107,7 +105,7 @@ at::Tensor TriangleMultiplicationImpl::forward_chunked(const at::Tensor& z, cons
   const int64_t c = w_ab_.size(0) / 4;
   // a, b and the output gate from row chunks of z: the 640-wide projection never exists whole.
   auto project = [this, pair_mask, c](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>&, int64_t start) {
-    const auto [a, b, gate, x_through] = ops::triangle_multiplication_projection(
+    const auto [a, b, gate] = ops::triangle_multiplication_projection(
         x[0], chunk_of(pair_mask, 1, start, x[0].size(1)), ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
     return std::vector<at::Tensor>{a, b, gate};
   };
@@ -132,21 +130,15 @@ TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t
   w_o_ = register_parameter("w_o", torch::zeros({c_z, heads * head_dim}));
 }
 
-at::Tensor TriangleAttentionImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask,
-                                          const std::optional<at::Tensor>& scale) {
+at::Tensor TriangleAttentionImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask) {
+  if (starting_) return forward_rows(z, pair_mask, dist::PairShard{});
   const int64_t B = z.size(0), N = z.size(1), H = heads_, d = head_dim_;
-  // AF3 SI Alg. 14/15: one fused LayerNorm+Linear for q, k, v, gate and the pair bias, read in
-  // place by the attention; z passes through it so that its backward adds the residual's
-  // gradient to dz. Ending node: the starting-node computation on z^T, with rows turned into
-  // columns through strides only (nothing copied): the op reads q, k, v, gate and
-  // b'[h, i, k] = b_ki from the transposed projection and writes o with rows and columns
-  // swapped back.
-  const auto [proj, z_through] =
-      ops::layernorm_linear_passthrough(z, ln_w_, ln_b_, aligned_projection(w_proj_), std::nullopt);
-  const at::Tensor o = ops::triangle_attention_projected(proj, std::nullopt, starting_ ? pair_mask : pair_mask.transpose(1, 2),
-                                                         H, d, !starting_);
-  const at::Tensor o_rows = starting_ ? o : o.transpose(1, 2);  // [B, N, N, H, d]
-  return ops::residual_update(z_through, at::linear(o_rows.reshape({B, N, N, H * d}), w_o_), std::nullopt, scale);
+  // AF3 SI Alg. 15: the starting-node computation on z^T, with rows turned into columns
+  // through strides only (nothing copied): the op reads q, k, v, gate and b'[h, i, k] = b_ki
+  // from the transposed projection and writes o with rows and columns swapped back.
+  const at::Tensor proj = ops::layernorm_linear(z, ln_w_, ln_b_, aligned_projection(w_proj_), std::nullopt);
+  const at::Tensor o = ops::triangle_attention_projected(proj, std::nullopt, pair_mask.transpose(1, 2), H, d, true);
+  return at::linear(o.transpose(1, 2).reshape({B, N, N, H * d}), w_o_);
 }
 
 at::Tensor TriangleAttentionImpl::forward_rows(const at::Tensor& x, const at::Tensor& row_mask,
@@ -208,12 +200,6 @@ at::Tensor AttentionPairBiasImpl::forward(const at::Tensor& s, const at::Tensor&
                                           const at::Tensor& token_mask) {
   return ops::attention_pair_bias(s, z, token_mask, ln_s_w_, ln_s_b_, w_qkvg_, b_q_, ln_z_w_,
                                   ln_z_b_, w_z_, w_o_, heads_);
-}
-
-std::tuple<at::Tensor, at::Tensor> AttentionPairBiasImpl::forward_passthrough(const at::Tensor& s, const at::Tensor& z,
-                                                                              const at::Tensor& token_mask) {
-  const auto [bias, z_through] = ops::layernorm_linear_passthrough(z, ln_z_w_, ln_z_b_, w_z_, std::nullopt);
-  return {ops::attention_with_pair_bias(s, bias, token_mask, ln_s_w_, ln_s_b_, w_qkvg_, b_q_, w_o_, heads_), z_through};
 }
 
 at::Tensor AttentionPairBiasImpl::forward_rows(const at::Tensor& s, const at::Tensor& z_rows,

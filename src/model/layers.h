@@ -4,7 +4,6 @@
 #include <torch/nn/module.h>
 
 #include <optional>
-#include <tuple>
 
 #include "dist/shard.h"
 #include "model/config.h"
@@ -63,8 +62,7 @@ TORCH_MODULE(TriangleMultiplication);
 class TriangleAttentionImpl : public torch::nn::Module {
  public:
   TriangleAttentionImpl(int64_t c_z, int64_t heads, int64_t head_dim, bool starting);
-  // The residual step z + scale * attention(z) ([B, N, N, c_z]; scale: the dropout mask).
-  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask, const std::optional<at::Tensor>& scale);
+  at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask);  // [B,N,N,c_z]
   // Starting-node attention on this rank's rows x [B, n, N, c_z] with their key mask
   // [B, n, N], whatever this module's node: the ending node runs it on rows of z^T. The bias
   // (all rows) is gathered.
@@ -87,10 +85,6 @@ class AttentionPairBiasImpl : public torch::nn::Module {
  public:
   AttentionPairBiasImpl(int64_t c_s, int64_t c_z, int64_t heads, int64_t head_dim);
   at::Tensor forward(const at::Tensor& s, const at::Tensor& z, const at::Tensor& token_mask);
-  // forward's update and z passed through the pair-bias projection: a caller that goes on with
-  // the returned z gets z's two gradients summed in that projection's dx kernel.
-  std::tuple<at::Tensor, at::Tensor> forward_passthrough(const at::Tensor& s, const at::Tensor& z,
-                                                         const at::Tensor& token_mask);
   // The same update of the (replicated) single track from this rank's rows of z [B, n, N, c_z]:
   // the bias rows are projected here and joined (dist::join_rows) into the whole bias.
   at::Tensor forward_rows(const at::Tensor& s, const at::Tensor& z_rows, const at::Tensor& token_mask,

@@ -40,8 +40,8 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
   }
   z = tri_mul_out_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0));
   z = tri_mul_in_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1));
-  z = tri_attn_start_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 2));
-  z = tri_attn_end_->forward(z, pair_mask, drop(z, DropoutAxis::kColumnwise, 3));
+  z = ops::residual_update(z, tri_attn_start_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kRowwise, 2));
+  z = ops::residual_update(z, tri_attn_end_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kColumnwise, 3));
   return transition_step(z);
 }
 
@@ -94,18 +94,11 @@ PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const dist::PairShard* pair_rows) {
   // AF3 SI Alg. 17, from a bf16 block boundary in the single track's (the model's) precision.
   const at::Tensor z_in = in.z.scalar_type() == at::kBFloat16 ? in.z.to(in.s.scalar_type()) : in.z;
-  at::Tensor z = pair_rows ? pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows)
-                           : pair_->forward(z_in, pair_mask, dropout_seed);
+  const at::Tensor z = pair_rows ? pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows)
+                                 : pair_->forward(z_in, pair_mask, dropout_seed);
   at::Tensor s = in.s;
-  if (pair_rows != nullptr && pair_rows->sharded()) {
-    s = s + single_attention_->forward_rows(s, z, token_mask, *pair_rows);
-  } else {
-    // The block's z passes through the pair-bias projection, which then adds the next block's
-    // gradient of z to its own in its dx kernel.
-    at::Tensor update;
-    std::tie(update, z) = single_attention_->forward_passthrough(s, z, token_mask);
-    s = s + update;
-  }
+  s = s + (pair_rows != nullptr && pair_rows->sharded() ? single_attention_->forward_rows(s, z, token_mask, *pair_rows)
+                                                        : single_attention_->forward(s, z, token_mask));
   s = s + single_transition_->forward(s);
   return {s, z};
 }

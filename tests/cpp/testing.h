@@ -61,10 +61,9 @@ void expect_matches_references(const std::vector<at::Tensor>& ours, const std::v
 // An op's passthrough form against its plain form, on inputs `in` (x first; each becomes a
 // fresh leaf that requires grad): `passthrough` returns (y, x passed through) for a residual
 // stream. y must equal the plain op's bitwise and the second output must be x's own storage;
-// with dy along y and g along the passthrough, x's gradient must be the plain op's dx + g,
-// bitwise for fp32 x (the same fp32 value gets g added) and for 16-bit x within the two ways of
-// rounding the sum (once in the kernel, or dx rounded and then the sum), and every other
-// gradient bitwise the plain op's.
+// with dy along y and g along the passthrough, x's gradient must be the plain op's dx + g
+// within the two ways of rounding the sum (once in a kernel, or dx rounded and then the sum;
+// equal where autograd forms it), and every other gradient bitwise the plain op's.
 void expect_passthrough_adds_residual_gradient(
     const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
     const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& passthrough,

@@ -14,9 +14,8 @@ def naive_attention(q, k, v, bias, mask, gate):
 
 
 def test_all_ops_registered(megafold_ops):
-    for name in ["layernorm_linear", "layernorm_linear_passthrough", "swiglu_transition",
-                 "swiglu_transition_passthrough", "swiglu", "triangle_multiplication",
-                 "triangle_multiplication_operands", "triangle_multiplication_contract",
+    for name in ["layernorm_linear", "swiglu_transition", "swiglu_transition_passthrough", "swiglu",
+                 "triangle_multiplication", "triangle_multiplication_operands", "triangle_multiplication_contract",
                  "triangle_multiplication_projection", "triangle_attention", "attention_pair_bias"]:
         assert hasattr(megafold_ops, name), name
 
@@ -69,17 +68,15 @@ def test_layernorm_linear_matches_torch_modules(megafold_ops):
     torch.testing.assert_close(out, lin(ln(x)))
 
 
-def test_passthrough_ops_in_a_residual_block(megafold_ops):
-    # x + f(x) written with the passthrough forms: the same values and gradients as the plain ops.
+def test_transition_passthrough_in_a_residual_step(megafold_ops):
+    # x + transition(x) written with the passthrough form: the plain op's values and gradients.
     x = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
     ln_w, ln_b = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
     w_in, w_out = torch.randn(64, 16, dtype=torch.float64) / 4, torch.randn(16, 32, dtype=torch.float64) / 6
-    w = torch.randn(16, 16, dtype=torch.float64) / 4
-    y, stream = megafold_ops.layernorm_linear_passthrough(x, ln_w, ln_b, w, None)
-    update, stream = megafold_ops.swiglu_transition_passthrough(stream + y, ln_w, ln_b, w_in, w_out)
+    update, stream = megafold_ops.swiglu_transition_passthrough(x, ln_w, ln_b, w_in, w_out)
+    assert stream.data_ptr() == x.data_ptr()
     out = stream + update
-    plain = x + megafold_ops.layernorm_linear(x, ln_w, ln_b, w, None)
-    plain = plain + megafold_ops.swiglu_transition(plain, ln_w, ln_b, w_in, w_out)
+    plain = x + megafold_ops.swiglu_transition(x, ln_w, ln_b, w_in, w_out)
     torch.testing.assert_close(out, plain, rtol=0, atol=0)
     g = torch.randn_like(out)
     (dx,) = torch.autograd.grad(out, x, g)

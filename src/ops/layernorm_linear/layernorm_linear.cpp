@@ -17,28 +17,15 @@ at::Tensor layernorm_linear(const at::Tensor& x, const at::Tensor& ln_weight,
   return handle.call(x, ln_weight, ln_bias, weight, bias);
 }
 
-std::tuple<at::Tensor, at::Tensor> layernorm_linear_passthrough(const at::Tensor& x, const at::Tensor& ln_weight,
-                                                                const at::Tensor& ln_bias, const at::Tensor& weight,
-                                                                const std::optional<at::Tensor>& bias) {
-  if (reference_only()) return layernorm_linear_passthrough_ref(x, ln_weight, ln_bias, weight, bias);
-  static const auto handle = c10::Dispatcher::singleton()
-                                 .findSchemaOrThrow("megafold::layernorm_linear_passthrough", "")
-                                 .typed<decltype(layernorm_linear_passthrough)>();
-  return handle.call(x, ln_weight, ln_bias, weight, bias);
-}
-
 }  // namespace megafold::ops
 
 TORCH_LIBRARY_FRAGMENT(megafold, m) {
   m.def("layernorm_linear(Tensor x, Tensor ln_weight, Tensor ln_bias, Tensor weight, Tensor? bias)"
         " -> Tensor");
-  m.def("layernorm_linear_passthrough(Tensor(a) x, Tensor ln_weight, Tensor ln_bias, Tensor weight, Tensor? bias)"
-        " -> (Tensor, Tensor(a))");
 }
 
 // The reference is built from differentiable ATen ops, so autograd and autocast come from
 // the decomposition. A CUDA kernel registers CUDA and Autograd kernels beside it.
 TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
   m.impl("layernorm_linear", &megafold::ops::layernorm_linear_ref);
-  m.impl("layernorm_linear_passthrough", &megafold::ops::layernorm_linear_passthrough_ref);
 }

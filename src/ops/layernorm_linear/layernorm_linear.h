@@ -17,7 +17,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
-#include <tuple>
 
 namespace megafold::ops {
 
@@ -26,16 +25,6 @@ inline constexpr double kLayerNormEps = 1e-5;
 at::Tensor layernorm_linear(const at::Tensor& x, const at::Tensor& ln_weight,
                             const at::Tensor& ln_bias, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias);
-
-// For a residual block x + f(layernorm_linear(x, ...)): returns (y, x), x passed through
-// unchanged, to be used as the block's residual stream. The backward then receives the
-// residual's gradient of x beside dy and the CUDA kernels add it to dx in the dx kernel itself,
-// instead of autograd summing x's two gradients in a separate pass over x (an fp32 pair
-// tensor: 3 x 302 MB of traffic at N = 768). Same values as layernorm_linear; registered as
-// torch.ops.megafold.layernorm_linear_passthrough.
-std::tuple<at::Tensor, at::Tensor> layernorm_linear_passthrough(const at::Tensor& x, const at::Tensor& ln_weight,
-                                                                const at::Tensor& ln_bias, const at::Tensor& weight,
-                                                                const std::optional<at::Tensor>& bias);
 
 // Shape, dtype and device checks shared by the reference and the CUDA path.
 void check_layernorm_linear_args(const at::Tensor& x, const at::Tensor& ln_weight,
@@ -46,8 +35,5 @@ void check_layernorm_linear_args(const at::Tensor& x, const at::Tensor& ln_weigh
 at::Tensor layernorm_linear_ref(const at::Tensor& x, const at::Tensor& ln_weight,
                                 const at::Tensor& ln_bias, const at::Tensor& weight,
                                 const std::optional<at::Tensor>& bias);
-std::tuple<at::Tensor, at::Tensor> layernorm_linear_passthrough_ref(const at::Tensor& x, const at::Tensor& ln_weight,
-                                                                    const at::Tensor& ln_bias, const at::Tensor& weight,
-                                                                    const std::optional<at::Tensor>& bias);
 
 }  // namespace megafold::ops

@@ -85,12 +85,10 @@ LayerNormLinearContext kernel_context(const at::Tensor& x, const at::Tensor& ln_
           w.scalar_type()};
 }
 
-// With `passthrough`, x is a second output (the residual stream passed through), whose
-// gradient the backward's dx kernel adds in.
 struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinearFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& ln_weight,
                                const at::Tensor& ln_bias, const at::Tensor& weight, const at::Tensor& bias_or_empty,
-                               int64_t product, bool passthrough) {
+                               int64_t product) {
     const c10::cuda::CUDAGuard guard(x.device());
     const auto type = static_cast<at::ScalarType>(product);
     const at::Tensor bias = bias_or_empty.numel() > 0 ? bias_or_empty.to(at::kFloat).contiguous() : at::Tensor();
@@ -108,7 +106,6 @@ struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinea
     ctx->saved_data["w_dtype"] = c.w_dtype;
     ctx->saved_data["bias_dtype"] = bias_or_empty.numel() > 0 ? bias_or_empty.scalar_type() : at::kFloat;
     ctx->saved_data["has_bias"] = bias_or_empty.numel() > 0;
-    if (passthrough) return {y, x};
     return {y};
   }
 
@@ -121,46 +118,28 @@ struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinea
     const at::Tensor dy = grad_out[0].defined()
                               ? grad_out[0]
                               : at::zeros({c.x.numel() / K, N}, c.x.options().dtype(c.w.scalar_type()));
-    const at::Tensor through = grad_out.size() > 1 ? grad_out[1] : at::Tensor();
-    const LayerNormLinearGrads g = layernorm_linear_backward(c, dy, through);
+    const LayerNormLinearGrads g = layernorm_linear_backward(c, dy);
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    return {g.dx, g.d_ln_w, g.d_ln_b, g.dw, has_bias ? g.db.to(dtype("bias_dtype")) : at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {g.dx, g.d_ln_w, g.d_ln_b, g.dw, has_bias ? g.db.to(dtype("bias_dtype")) : at::Tensor(), at::Tensor()};
   }
 };
 
-// The kernels' outputs (y, and x itself with `passthrough`), or empty where the reference serves.
-variable_list layernorm_linear_kernels(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
-                                       const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                                       bool passthrough) {
+at::Tensor layernorm_linear_cuda(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
+                                 const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   check_layernorm_linear_args(x, ln_weight, ln_bias, weight, bias);
   const at::ScalarType type = product_dtype(x, weight);
-  if (!is_16bit(type) || !kernels_run_on(x, "layernorm_linear")) return {};
+  if (!is_16bit(type) || !kernels_run_on(x, "layernorm_linear"))
+    return layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias);
   if (x.size(-1) != cuda::kLayerNormLinearCin || weight.size(0) % 2 != 0) {
     warn_reference("layernorm_linear", "c_in " + std::to_string(x.size(-1)) + ", c_out " +
                                            std::to_string(weight.size(0)) + " (kernel: c_in " +
                                            std::to_string(cuda::kLayerNormLinearCin) + ", even c_out)");
-    return {};
+    return layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias);
   }
   const at::Tensor absent = at::empty({0}, x.options());
   return LayerNormLinearFunction::apply(x, ln_weight, ln_bias, weight,
                                         bias.has_value() && bias->defined() ? *bias : absent,
-                                        static_cast<int64_t>(type), passthrough);
-}
-
-at::Tensor layernorm_linear_cuda(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
-                                 const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  const variable_list out = layernorm_linear_kernels(x, ln_weight, ln_bias, weight, bias, false);
-  return out.empty() ? layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias) : out[0];
-}
-
-std::tuple<at::Tensor, at::Tensor> layernorm_linear_passthrough_cuda(const at::Tensor& x, const at::Tensor& ln_weight,
-                                                                     const at::Tensor& ln_bias,
-                                                                     const at::Tensor& weight,
-                                                                     const std::optional<at::Tensor>& bias) {
-  const variable_list out = layernorm_linear_kernels(x, ln_weight, ln_bias, weight, bias, true);
-  if (out.empty()) return layernorm_linear_passthrough_ref(x, ln_weight, ln_bias, weight, bias);
-  return {out[0], out[1]};
+                                        static_cast<int64_t>(type))[0];
 }
 
 }  // namespace
@@ -213,24 +192,16 @@ LayerNormLinearContext layernorm_linear_trimul_forward(const at::Tensor& z, cons
   return ctx;
 }
 
-LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx, const at::Tensor& dy,
-                                               const at::Tensor& through) {
+LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx, const at::Tensor& dy) {
   const c10::cuda::CUDAGuard guard(ctx.x.device());
   const at::Tensor dy_ = kernel_rows(dy, ctx.w.scalar_type());
   cuda::LayerNormLinearParams p = make_params(ctx.x, ctx.ln_w, ctx.ln_b, ctx.w, at::Tensor(), ctx.mean, ctx.rstd);
   const at::Tensor dx = at::empty(ctx.x.sizes(), ctx.x.options());
   const WeightGradBuffers b = weight_grad_buffers(p, ctx.x.options().dtype(at::kFloat));
-  // The kernel adds the residual stream's gradient when dx leaves it in x's own dtype (one
-  // rounding instead of two); an x the kernels read in another dtype gets it added after.
-  const bool fused = through.defined() && ctx.x.scalar_type() == ctx.x_dtype;
-  const at::Tensor add = fused ? kernel_rows(through.reshape(ctx.x.sizes()), ctx.x_dtype) : at::Tensor();
   p.dy = dy_.data_ptr();
   p.dx = dx.data_ptr();
-  p.dx_add = fused ? add.data_ptr() : nullptr;
   cuda::layernorm_linear_backward(p, current_stream(ctx.x));
-  at::Tensor dx_out = dx.to(ctx.x_dtype);
-  if (through.defined() && !fused) dx_out = dx_out + through.reshape(ctx.x.sizes());
-  return {dx_out, b.d_ln_w.to(ctx.ln_w_dtype), b.d_ln_b.to(ctx.ln_b_dtype), b.dw.to(ctx.w_dtype), b.db};
+  return {dx.to(ctx.x_dtype), b.d_ln_w.to(ctx.ln_w_dtype), b.d_ln_b.to(ctx.ln_b_dtype), b.dw.to(ctx.w_dtype), b.db};
 }
 
 }  // namespace megafold::ops
@@ -239,9 +210,7 @@ LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx
 // tensors; the CUDA key serves calls that skip autograd (inference mode).
 TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
   m.impl("layernorm_linear", &megafold::ops::layernorm_linear_cuda);
-  m.impl("layernorm_linear_passthrough", &megafold::ops::layernorm_linear_passthrough_cuda);
 }
 TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
   m.impl("layernorm_linear", &megafold::ops::layernorm_linear_cuda);
-  m.impl("layernorm_linear_passthrough", &megafold::ops::layernorm_linear_passthrough_cuda);
 }

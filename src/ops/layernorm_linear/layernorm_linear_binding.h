@@ -43,12 +43,10 @@ LayerNormLinearContext layernorm_linear_trimul_forward(const at::Tensor& z, cons
                                                        const at::Tensor& mask, int64_t c, at::Tensor& proj,
                                                        at::Tensor& a, at::Tensor& b, at::Tensor& gate);
 // dx and the weight gradients (each in its input's dtype; db, the gradient of a bias, in float)
-// from dy [.., N]. A defined `through` (x's shape: the gradient of x passed through as a
-// residual stream) is added to dx by the dx kernel itself.
+// from dy [.., N].
 struct LayerNormLinearGrads {
   at::Tensor dx, d_ln_w, d_ln_b, dw, db;
 };
-LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx, const at::Tensor& dy,
-                                               const at::Tensor& through = {});
+LayerNormLinearGrads layernorm_linear_backward(const LayerNormLinearContext& ctx, const at::Tensor& dy);
 
 }  // namespace megafold::ops

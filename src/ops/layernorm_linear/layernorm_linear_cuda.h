@@ -4,7 +4,7 @@
 //
 //   forward:  y = (xhat * ln_w + ln_b) @ w^T + bias, xhat = (x - mean) * rstd per row;
 //             the normalised rows live only in shared memory.
-//   backward: dx from dy @ w and the LayerNorm backward, row by row (one kernel; plus dx_add);
+//   backward: dx from dy @ w and the LayerNorm backward, row by row (one kernel);
 //             G = dy^T @ xhat and db = colsum(dy) in row chunks (one kernel, partials per
 //             chunk added in chunk order), then, from G and db alone:
 //               dw = G * ln_w + db (x) ln_b,  d ln_w = colsum_n(w * G),  d ln_b = db @ w.
@@ -33,8 +33,6 @@ struct LayerNormLinearParams {
   // Backward.
   const void* dy;         // [M, N] contiguous
   void* dx;               // [M, 128]; null: the weight gradients alone (a caller with its own dx)
-  const void* dx_add;     // [M, 128] in x's dtype, added to dx before its rounding, or null: the
-                          // gradient x also gets along a residual path (no separate sum pass)
   float* g_partial;       // [dw_chunks, N, 128] workspace
   float* db_partial;      // [dw_chunks, N] workspace
   float* g;               // [N, 128] workspace

@@ -103,34 +103,6 @@ TEST_F(LayerNormLinearCuda, PortableKernelsOnAnyGpu) {
   check_case({23, 1030, true, at::kHalf});
 }
 
-// The passthrough form adds the residual stream's gradient inside the dx kernel (both kernel
-// sets): the model's case (fp32 x under autocast, the attention's 516 columns) bitwise, and
-// bf16 x within the roundings of the two ways of forming the sum; awkward row counts.
-TEST_F(LayerNormLinearCuda, PassthroughAddsTheResidualGradientInTheDxKernel) {
-  for (const bool portable : {false, true}) {
-    set_portable_kernels_only(portable);
-    for (const at::ScalarType t : {at::kFloat, at::kBFloat16}) {
-      SCOPED_TRACE(std::string(portable ? "portable kernels " : "") + c10::toString(t));
-      const bool autocast = t == at::kFloat;
-      const auto o = at::TensorOptions().device(at::kCUDA).dtype(t);
-      const int64_t n = 37, c_out = 516;
-      const std::vector<at::Tensor> in = {at::randn({1, n, n, 128}, o) * 3 + 1, 1 + 0.5 * at::randn({128}, o),
-                                          0.5 * at::randn({128}, o), at::randn({c_out, 128}, o) / std::sqrt(128.0)};
-      auto plain = [&](const std::vector<at::Tensor>& x) {
-        const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
-        return layernorm_linear(x[0], x[1], x[2], x[3], std::nullopt);
-      };
-      auto passthrough = [&](const std::vector<at::Tensor>& x) {
-        const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
-        return layernorm_linear_passthrough(x[0], x[1], x[2], x[3], std::nullopt);
-      };
-      expect_passthrough_adds_residual_gradient(plain, passthrough, in, at::randn({1, n, n, c_out}, o),
-                                                at::randn({1, n, n, 128}, o) * 4);
-    }
-  }
-  set_portable_kernels_only(false);
-}
-
 TEST_F(LayerNormLinearCuda, OtherWidthsUseTheReference) {
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   const at::Tensor x = at::randn({5, 64}, o), g = at::randn({64}, o), b = at::randn({64}, o), w = at::randn({32, 64}, o);

@@ -300,7 +300,6 @@ __global__ void __launch_bounds__(kThreads, 2) dx_kernel(const LayerNormLinearPa
     s2[q] = (h0.y + h1.y) * (1.f / kK);
   }
   Tin* dx = static_cast<Tin*>(p.dx);
-  const Tin* dx_add = static_cast<const Tin*>(p.dx_add);
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
     const int col = kh * 64 + nt * 8 + 2 * t;
@@ -310,9 +309,8 @@ __global__ void __launch_bounds__(kThreads, 2) dx_kernel(const LayerNormLinearPa
       if (rows[q] >= p.M) continue;
       const float2 xh = xhat(q, col);
       const float* c = acc[q / 2][nt] + 2 * (q % 2);
-      const float2 add = dx_add != nullptr ? load2(dx_add + rows[q] * kK + col) : make_float2(0.f, 0.f);
-      store2(dx + rows[q] * kK + col, rstd[q] * (c[0] * gw.x - s1[q] - xh.x * s2[q]) + add.x,
-             rstd[q] * (c[1] * gw.y - s1[q] - xh.y * s2[q]) + add.y);
+      store2(dx + rows[q] * kK + col, rstd[q] * (c[0] * gw.x - s1[q] - xh.x * s2[q]),
+             rstd[q] * (c[1] * gw.y - s1[q] - xh.y * s2[q]));
     }
   }
 }

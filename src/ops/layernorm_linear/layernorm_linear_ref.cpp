@@ -31,11 +31,4 @@ at::Tensor layernorm_linear_ref(const at::Tensor& x, const at::Tensor& ln_weight
   return at::linear(xn, weight, bias);
 }
 
-std::tuple<at::Tensor, at::Tensor> layernorm_linear_passthrough_ref(const at::Tensor& x, const at::Tensor& ln_weight,
-                                                                    const at::Tensor& ln_bias, const at::Tensor& weight,
-                                                                    const std::optional<at::Tensor>& bias) {
-  // x itself: autograd then sums its two gradients as it would without the op.
-  return {layernorm_linear_ref(x, ln_weight, ln_bias, weight, bias), x};
-}
-
 }  // namespace megafold::ops

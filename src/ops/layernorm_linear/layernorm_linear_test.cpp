@@ -40,21 +40,6 @@ TEST(LayerNormLinear, GradientsMatchFiniteDifferences) {
       [](const std::vector<at::Tensor>& x) { return layernorm_linear(x[0], x[1], x[2], x[3], x[4]); }, in);
 }
 
-// The passthrough form (residual blocks): y as layernorm_linear, x itself, and x's gradient the
-// sum of both paths' (the reference lets autograd add them), in fp32 and float64 with a bias.
-TEST(LayerNormLinear, PassthroughHandsXOnUnchanged) {
-  fresh_seed();
-  for (const at::ScalarType t : {at::kFloat, at::kDouble}) {
-    const auto o = at::TensorOptions().dtype(t);
-    const std::vector<at::Tensor> in = {at::randn({3, 5, 24}, o) * 2 + 1, at::randn({24}, o), at::randn({24}, o),
-                                        at::randn({40, 24}, o), at::randn({40}, o)};
-    expect_passthrough_adds_residual_gradient(
-        [](const std::vector<at::Tensor>& x) { return layernorm_linear(x[0], x[1], x[2], x[3], x[4]); },
-        [](const std::vector<at::Tensor>& x) { return layernorm_linear_passthrough(x[0], x[1], x[2], x[3], x[4]); },
-        in, at::randn({3, 5, 40}, o), at::randn({3, 5, 24}, o));
-  }
-}
-
 TEST(LayerNormLinear, BadShapesNameTheArgument) {
   const at::Tensor x = at::randn({2, 8});
   try {

@@ -389,8 +389,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     const float2 v = x_pair<Tin>(x_tile, r_local[h], col);
     return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
   };
-  layernorm_backward_rows(acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(p.dx),
-                          static_cast<const Tin*>(p.dx_add));
+  layernorm_backward_rows(acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(p.dx));
 #endif
 }
 

@@ -99,7 +99,7 @@ TEST_F(SwigluTransitionCuda, SixteenBitInputsAndUnfusedWidths) {
 }
 
 // The passthrough form adds the residual stream's gradient inside the fused backward kernel
-// (H100/H200; elsewhere after the backward): fp32 x under autocast bitwise, bf16 x within the
+// (H100/H200; elsewhere after the backward): fp32 x under autocast and bf16 x, within the
 // roundings of the two ways of forming the sum; both kernel sets.
 TEST_F(SwigluTransitionCuda, PassthroughAddsTheResidualGradient) {
   for (const bool portable : {false, true}) {

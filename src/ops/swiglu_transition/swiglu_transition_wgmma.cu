@@ -401,6 +401,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(dx_acc[1]);
     ring.release(s);
     if (threadIdx.x == 0 && j + Tr::kBackwardStages < chunks) load(j + Tr::kBackwardStages);
+    // The residual gradient's rows, read by plain loads in the epilogue: into L2 two chunks ahead.
+    if (threadIdx.x == 0 && bp.dx_add != nullptr && j == (chunks > 3 ? chunks - 3 : 0) && block_row < p.M) {
+      const int64_t rows = p.M - block_row < Tr::kBlockRows ? p.M - block_row : Tr::kBlockRows;
+      prefetch_l2(static_cast<const Tin*>(bp.dx_add) + block_row * Tr::kC,
+                  static_cast<uint32_t>(rows * Tr::kC * sizeof(Tin)));
+    }
   }
 
   // LayerNorm backward of rows 16 warp + g + 8 hh, xhat from x again (L2-resident since
@@ -419,8 +425,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
     return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
   };
-  layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(bp.dx),
-                          static_cast<const Tin*>(bp.dx_add));
+  if (bp.dx_add == nullptr) {
+    layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(bp.dx));
+  } else {
+    layernorm_backward_in_place(dx_acc, p.ln_w, xhat, rstd);
+    store_dx_rows_adding(dx_acc, rows, p.M, static_cast<Tin*>(bp.dx), static_cast<const Tin*>(bp.dx_add));
+  }
   if (leader) tma_store_wait_all();
 #endif
 }

@@ -33,19 +33,19 @@ TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor
   return {a, b, gate};
 }
 
-TriangleMultiplicationProjection triangle_multiplication_projection(const at::Tensor& z,
-                                                                    const std::optional<at::Tensor>& mask,
-                                                                    const at::Tensor& ln_w, const at::Tensor& ln_b,
-                                                                    const at::Tensor& w, int64_t c) {
+TriangleMultiplicationOperands triangle_multiplication_projection(const at::Tensor& z,
+                                                                  const std::optional<at::Tensor>& mask,
+                                                                  const at::Tensor& ln_w, const at::Tensor& ln_b,
+                                                                  const at::Tensor& w, int64_t c) {
   if (reference_only()) {
-    const auto [a, b, gate, through] = triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
-    return {a, b, gate, through};
+    const auto [a, b, gate] = triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
+    return {a, b, gate};
   }
   static const auto handle = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("megafold::triangle_multiplication_projection", "")
                                  .typed<decltype(triangle_multiplication_projection_ref)>();
-  const auto [a, b, gate, through] = handle.call(z, mask, ln_w, ln_b, w, c);
-  return {a, b, gate, through};
+  const auto [a, b, gate] = handle.call(z, mask, ln_w, ln_b, w, c);
+  return {a, b, gate};
 }
 
 at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b) {
@@ -64,8 +64,8 @@ TORCH_LIBRARY_FRAGMENT(megafold, m) {
         " bool outgoing) -> Tensor");
   m.def("triangle_multiplication_operands(Tensor proj, Tensor? mask, int c) -> (Tensor, Tensor, Tensor)");
   m.def("triangle_multiplication_contract(Tensor a, Tensor b) -> Tensor");
-  m.def("triangle_multiplication_projection(Tensor(a) z, Tensor? mask, Tensor ln_w, Tensor ln_b, Tensor w, int c)"
-        " -> (Tensor, Tensor, Tensor, Tensor(a))");
+  m.def("triangle_multiplication_projection(Tensor z, Tensor? mask, Tensor ln_w, Tensor ln_b, Tensor w, int c)"
+        " -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {

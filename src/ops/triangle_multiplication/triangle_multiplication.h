@@ -54,21 +54,16 @@ TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor
 // On H100/H200 (c and c_gate multiples of 64, 16-bit products) the operands leave the
 // projection kernel's epilogue instead of a second pass over the projection, which is still
 // written for the backward; elsewhere the two ops run one after the other. Same values either way.
-// `z` is the input passed through (as layernorm_linear_passthrough does): used as the residual
-// stream of z + update, its gradient is added to dz inside the LayerNorm backward's kernel.
-struct TriangleMultiplicationProjection {
-  at::Tensor a, b, gate, z;
-};
-TriangleMultiplicationProjection triangle_multiplication_projection(const at::Tensor& z,
-                                                                    const std::optional<at::Tensor>& mask,
-                                                                    const at::Tensor& ln_w, const at::Tensor& ln_b,
-                                                                    const at::Tensor& w, int64_t c);
+TriangleMultiplicationOperands triangle_multiplication_projection(const at::Tensor& z,
+                                                                  const std::optional<at::Tensor>& mask,
+                                                                  const at::Tensor& ln_w, const at::Tensor& ln_b,
+                                                                  const at::Tensor& w, int64_t c);
 at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b);
 // The ATen references of the two dispatcher stages.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_operands_ref(
     const at::Tensor& proj, const std::optional<at::Tensor>& mask, int64_t c);
 at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b);
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_ref(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_ref(
     const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
     const at::Tensor& w, int64_t c);
 

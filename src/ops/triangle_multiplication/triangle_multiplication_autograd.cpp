@@ -90,9 +90,8 @@ struct OperandsFunction : public torch::autograd::Function<OperandsFunction> {
 };
 
 // The projection and the operands, fused on H100/H200: layernorm_linear's forward writes the
-// projection (kept for backward) and, from its epilogue, a, b and the gate; z is passed through
-// as a fourth output. The backward is the operands' followed by layernorm_linear's, whose dx
-// kernel adds z's gradient along that output.
+// projection (kept for backward) and, from its epilogue, a, b and the gate; the backward is the
+// operands' followed by layernorm_linear's.
 struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& ln_w,
                                const at::Tensor& ln_b, const at::Tensor& w, const at::Tensor& mask_or_empty,
@@ -111,7 +110,7 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
     auto code = [](at::ScalarType t) { return static_cast<int64_t>(t); };
     ctx->saved_data["dtypes"] =
         std::vector<int64_t>{code(l.x_dtype), code(l.ln_w_dtype), code(l.ln_b_dtype), code(l.w_dtype)};
-    return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate, z};
+    return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -127,7 +126,7 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
       ctx->saved_data.erase("proj");
       dproj = operands_backward(proj, s[6], ctx->saved_data["c"].toInt(), grads);
     }  // the projection is freed here, before the LayerNorm+Linear backward's buffers
-    const LayerNormLinearGrads g = layernorm_linear_backward(l, dproj, grads[3]);
+    const LayerNormLinearGrads g = layernorm_linear_backward(l, dproj);
     return {g.dx, g.d_ln_w, g.d_ln_b, g.dw, at::Tensor(), at::Tensor()};
   }
 };
@@ -177,18 +176,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& p
   return {r[0], r[1], r[2]};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> projection_cuda(const at::Tensor& z,
-                                                                           const std::optional<at::Tensor>& mask,
-                                                                           const at::Tensor& ln_w,
-                                                                           const at::Tensor& ln_b, const at::Tensor& w,
-                                                                           int64_t c) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> projection_cuda(const at::Tensor& z,
+                                                               const std::optional<at::Tensor>& mask,
+                                                               const at::Tensor& ln_w, const at::Tensor& ln_b,
+                                                               const at::Tensor& w, int64_t c) {
   const bool has_mask = mask.has_value() && mask->defined();
   if (!layernorm_linear_trimul_fits(z, w, c) || (has_mask && mask->sizes() != z.sizes().slice(0, 3)))
     return triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
   check_layernorm_linear_args(z, ln_w, ln_b, w, std::nullopt);
   const at::Tensor mask_or_empty = has_mask ? *mask : at::empty({0}, z.options());
   const variable_list r = ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c);
-  return {r[0], r[1], r[2], r[3]};
+  return {r[0], r[1], r[2]};
 }
 
 at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {

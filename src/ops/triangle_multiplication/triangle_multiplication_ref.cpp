@@ -27,12 +27,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_operands_
 
 // The two ops one after the other: the CPU path, and the CUDA path where the fused one does not
 // serve the shape.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_ref(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_ref(
     const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
     const at::Tensor& w, int64_t c) {
-  const auto [proj, through] = layernorm_linear_passthrough(z, ln_w, ln_b, w, std::nullopt);
-  const auto [a, b, gate] = triangle_multiplication_operands(proj, mask, c);
-  return {a, b, gate, through};
+  const auto [a, b, gate] = triangle_multiplication_operands(layernorm_linear(z, ln_w, ln_b, w, std::nullopt), mask, c);
+  return {a, b, gate};
 }
 
 at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b) {
@@ -69,7 +68,7 @@ at::Tensor triangle_multiplication_ref(const at::Tensor& z, const std::optional<
 
   // AF3 SI Alg. 12 / 13. The a/b projections and the output gate share LayerNorm_in(z): one
   // layernorm_linear (the fused kernels on a GPU), so the normalised z is never stored.
-  const auto [a, b, gate, through] =
+  const auto [a, b, gate] =
       triangle_multiplication_projection(z, mask, ln_in_weight, ln_in_bias, at::cat({w_ab, w_g}), c);
   // incoming t_ij = sum_k a_ki b_kj is the outgoing form on the transposed operands (views).
   const at::Tensor t = outgoing ? triangle_multiplication_contract(a, b)
