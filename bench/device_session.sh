@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: GPU tests and benchmarks in stages. Uses the binaries built on the machine
 # that sent the call when they run here (carry build/megafold, build/src/libmegafold_ops.so,
-# build/tests/megafold_tests), else builds with the staged offline dependencies (.deps).
+# build/tests/megafold_tests and build/COMMIT, or bench/pack_binaries.sh's .whl/bin.tar.xz),
+# else builds with the staged offline dependencies (.deps). Results record the commit in
+# build/COMMIT (written by scripts/build.sh), not the host's copy of the repository's HEAD.
 # Python packages that are not installed here can come as a tarball of a site-packages tree
 # (.whl/site.tar.xz, unpacked onto PYTHONPATH). Stages run in order; logs and results go to
 # $OUT.
@@ -25,6 +27,7 @@ export LD_LIBRARY_PATH="$torch_lib:$PWD/build/src:/usr/local/cuda/lib64:${LD_LIB
 # Binaries may come packed too (a call carrying the baselines' ~50 MB of packages has no room
 # for them unpacked): .whl/bin.tar.xz of build/megafold and build/src/libmegafold_ops.so.
 if [ -f .whl/bin.tar.xz ]; then tar xJf .whl/bin.tar.xz; fi
+if [ -f build/COMMIT ]; then export MEGAFOLD_COMMIT="$(cat build/COMMIT)"; fi
 if [ -f .whl/site.tar.xz ]; then
   mkdir -p /tmp/site && tar xJf .whl/site.tar.xz -C /tmp/site && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
@@ -34,6 +37,7 @@ if ! "$bin" info > "$OUT/info.txt" 2>&1; then
   export MEGAFOLD_DEPS_PREFIX="$PWD/.deps" MEGAFOLD_BUILD_DIR="$PWD/build-gpu" MEGAFOLD_CUDA=ON
   bash scripts/build.sh > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
   bin=build-gpu/megafold tests=build-gpu/tests/megafold_tests lib=build-gpu/src/libmegafold_ops.so
+  export MEGAFOLD_COMMIT="$(cat build-gpu/COMMIT 2>/dev/null || echo unknown)"
   "$bin" info > "$OUT/info.txt" 2>&1
 fi
 grep -E "build|cuda:0" "$OUT/info.txt"

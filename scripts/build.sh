@@ -20,3 +20,8 @@ cmake -S "$root" -B "$build" -G Ninja \
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done
 cmake --build "$build" -j "$jobs" "${targets[@]}"
+# The commit the binaries come from (benchmarks record it; "-dirty": tracked files differed).
+if rev="$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null)"; then
+  [ -z "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] || rev="$rev-dirty"
+  echo "$rev" > "$build/COMMIT"
+fi
