@@ -25,7 +25,7 @@ mkdir -p "$OUT"
 torch_lib="$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')"
 export LD_LIBRARY_PATH="$torch_lib:$PWD/build/src:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # Binaries may come packed too (a call carrying the baselines' ~50 MB of packages has no room
-# for them unpacked): .whl/bin.tar.xz of build/megafold and build/src/libmegafold_ops.so.
+# for them unpacked): bench/pack_binaries.sh's .whl/bin.tar.xz.
 if [ -f .whl/bin.tar.xz ]; then tar xJf .whl/bin.tar.xz; fi
 if [ -f build/COMMIT ]; then export MEGAFOLD_COMMIT="$(cat build/COMMIT)"; fi
 if [ -f .whl/site.tar.xz ]; then

@@ -6,8 +6,8 @@
 # every GPU generation; only the H100/H200 ones (compute capability 9.0) are kept. Their runtime
 # dependencies come too (scipy: cuequivariance_ops_torch imports scipy.stats at import time).
 # About 50 MB, which leaves no room in a call (64 MiB with the working tree) for the binaries
-# unpacked: pack them beside it and carry .whl alone (bench/device_session.sh unpacks both),
-#   tar cf - build/megafold build/src/libmegafold_ops.so | xz -9 > .whl/bin.tar.xz
+# unpacked: pack them beside it with bench/pack_binaries.sh and carry .whl alone
+# (bench/device_session.sh unpacks both).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 py="$(cat "${HOME}/.cache/megafold/python" 2>/dev/null || command -v python3)"

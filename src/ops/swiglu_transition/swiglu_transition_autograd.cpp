@@ -124,8 +124,9 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
   // On H100/H200 at c = 128: one fused kernel gives dx, d ab and h from x and dy; then
   // dw_out = dy^T h (in the product dtype, as the reference's linear differentiates) and
   // layernorm_linear's weight-gradient kernels give dw_in, d ln_w and d ln_b from d ab.
+  // dx_add (x's dtype, or undefined) is added to dx by the kernel.
   static variable_list fused_backward(AutogradContext* ctx, const variable_list& saved, const at::Tensor& grad,
-                                      const at::Tensor& through, at::ScalarType type) {
+                                      const at::Tensor& dx_add, at::ScalarType type) {
     const at::Tensor &x = saved[0], &ln_weight = saved[1], &ln_bias = saved[2], &w_in = saved[3], &w_out = saved[4];
     const int64_t c = w_out.size(0), hidden = w_out.size(1), M = x.numel() / c;
     const KernelInputs in(x, ln_weight, ln_bias, w_in, w_out, type);
@@ -134,14 +135,12 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     const at::Tensor dx = at::empty(in.x.sizes(), in.x.options());
     const at::Tensor dab = at::empty({M, 2 * hidden}, t16), h = at::empty({M, hidden}, t16);
     const at::Tensor mean = at::empty({M}, f32), rstd = at::empty({M}, f32);
-    // The residual stream's gradient is added by the kernel where dx leaves it in x's dtype.
-    const bool fused = through.defined() && in.x.scalar_type() == x.scalar_type();
-    const at::Tensor add = fused ? aligned_rows(through.to(x.scalar_type())) : at::Tensor();
+    const at::Tensor add = dx_add.defined() ? aligned_rows(dx_add) : at::Tensor();
     cuda::SwigluTransitionBackwardParams bp{};
     bp.f = in.params();
     bp.dy = dy.data_ptr();
     bp.dx = dx.data_ptr();
-    bp.dx_add = fused ? add.data_ptr() : nullptr;
+    bp.dx_add = add.defined() ? add.data_ptr() : nullptr;
     bp.dab = dab.data_ptr();
     bp.h = h.data_ptr();
     bp.mean = mean.data_ptr<float>();
@@ -158,7 +157,6 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
       if (ctx->needs_input_grad(3)) result[3] = g.dw.to(w_in.scalar_type());
     }
     if (ctx->needs_input_grad(0)) result[0] = dx.to(x.scalar_type());
-    if (ctx->needs_input_grad(0) && through.defined() && !fused) result[0] = result[0] + through;
     return result;
   }
 
@@ -168,14 +166,15 @@ struct SwigluTransitionFunction : public torch::autograd::Function<SwigluTransit
     const auto type = static_cast<at::ScalarType>(ctx->saved_data["product"].toInt());
     const at::Tensor grad =
         grad_out[0].defined() ? grad_out[0] : at::zeros(saved[0].sizes(), saved[0].options().dtype(type));
+    // The gradient of the passthrough output: added to dx by the fused kernel where dx leaves
+    // it in x's own dtype (fp32 x, or x in the product dtype), else afterwards.
     const at::Tensor through = grad_out.size() > 1 ? grad_out[1] : at::Tensor();
-    variable_list result;
-    if (ctx->saved_data["sm90"].toBool()) {
-      result = fused_backward(ctx, saved, grad, through, type);
-    } else {
-      result = unfused_backward(ctx, saved, grad, type);
-      if (result[0].defined() && through.defined()) result[0] = result[0] + through;
-    }
+    const at::ScalarType x_type = saved[0].scalar_type();
+    const bool sm90 = ctx->saved_data["sm90"].toBool();
+    const bool kernel_adds = sm90 && through.defined() && (x_type == at::kFloat || x_type == type);
+    variable_list result = sm90 ? fused_backward(ctx, saved, grad, kernel_adds ? through.to(x_type) : at::Tensor(), type)
+                                : unfused_backward(ctx, saved, grad, type);
+    if (result[0].defined() && through.defined() && !kernel_adds) result[0] = result[0] + through;
     result.push_back(at::Tensor());  // the passthrough flag
     return result;
   }

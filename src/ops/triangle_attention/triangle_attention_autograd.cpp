@@ -80,6 +80,19 @@ at::Tensor tma_layout(const at::Tensor& t, at::ScalarType type) {
   return cuda::tma_operand(r.data_ptr(), s, r.element_size()) ? r : r.clone(at::MemoryFormat::Contiguous);
 }
 
+// q, k or v as the kernels read them: tma_layout for the sm_90a kernels, else kernel_layout.
+at::Tensor operand_layout(const at::Tensor& t, at::ScalarType type, bool sm90) {
+  return sm90 ? tma_layout(t, type) : kernel_layout(t, type);
+}
+
+// A C++ autograd Function records device and shape of every tensor input, so an absent
+// optional crosses it as an empty tensor on `like`'s device (an empty bias/mask/gate only occurs
+// with an empty q, where nothing is computed either way), and is undefined again inside.
+at::Tensor absent_as_empty(const std::optional<at::Tensor>& t, const at::Tensor& like) {
+  return t.has_value() && t->defined() ? *t : at::empty({0}, like.options());
+}
+at::Tensor given(const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); }
+
 // A contiguous [..., N] bias, or a copy whose rows are padded to a multiple of 8 elements.
 at::Tensor tma_rows(const at::Tensor& bias) {
   const int64_t n = bias.size(-1), padded = (n + 7) / 8 * 8;
@@ -227,14 +240,12 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
                                const at::Tensor& v, const at::Tensor& bias_or_empty,
                                const at::Tensor& mask_or_empty, const at::Tensor& gate_or_empty) {
     const c10::cuda::CUDAGuard guard(q.device());
-    auto given = [](const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); };
     const at::Tensor bias = given(bias_or_empty), mask = given(mask_or_empty), gate = given(gate_or_empty);
     const at::ScalarType type = q.scalar_type();
     const bool sm90 = sm90_kernels(q);
-    auto operand = [&](const at::Tensor& t) { return sm90 ? tma_layout(t, type) : kernel_layout(t, type); };
-    const at::Tensor q_ = operand(q);
+    const at::Tensor q_ = operand_layout(q, type, sm90);
     at::Tensor out = gate.defined() ? dense_like(q_) : at::Tensor();
-    const Saved s = run_forward(q_, operand(k), operand(v), bias, mask,
+    const Saved s = run_forward(q_, operand_layout(k, type, sm90), operand_layout(v, type, sm90), bias, mask,
                                 gate.defined() ? kernel_layout(gate, type) : gate, out);
     save(ctx, s);
     ctx->saved_data["k_dtype"] = k.scalar_type();
@@ -265,15 +276,14 @@ struct ProjectedFunction : public torch::autograd::Function<ProjectedFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& proj, const at::Tensor& bias_or_empty,
                                const at::Tensor& mask_or_empty, int64_t heads, int64_t head_dim, bool transposed) {
     const c10::cuda::CUDAGuard guard(proj.device());
-    auto given = [](const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); };
     const at::Tensor own_bias = given(bias_or_empty);
     const ProjectedOperands x = projected_operands(proj, heads, head_dim, transposed);
     const at::ScalarType type = proj.scalar_type();
     const bool sm90 = sm90_kernels(x.q);
-    auto operand = [&](const at::Tensor& t) { return sm90 ? tma_layout(t, type) : kernel_layout(t, type); };
     // The ending node's output with rows and columns swapped in memory, as the caller reads it.
     at::Tensor out = transposed ? dense_like(x.q.transpose(1, 2)).transpose(1, 2) : dense_like(x.q);
-    const Saved s = run_forward(operand(x.q), operand(x.k), operand(x.v), own_bias.defined() ? own_bias : x.bias,
+    const Saved s = run_forward(operand_layout(x.q, type, sm90), operand_layout(x.k, type, sm90),
+                                operand_layout(x.v, type, sm90), own_bias.defined() ? own_bias : x.bias,
                                 given(mask_or_empty), kernel_layout(x.gate, type), out);
     save(ctx, s);
     ctx->saved_data["shape"] = proj.sizes();
@@ -313,15 +323,8 @@ at::Tensor triangle_attention_cuda(const at::Tensor& q, const at::Tensor& k, con
     warn_reference("triangle_attention", "head dim " + std::to_string(q.size(4)) + " (kernels: 16, 24, 32, 48, 64)");
     return triangle_attention_ref(q, k, v, bias, mask, gate);
   }
-  // A C++ autograd Function records device and shape of every tensor input, so an absent
-  // optional is passed as an empty tensor (an empty bias/mask/gate only occurs with an empty
-  // q, where nothing is computed either way).
-  const at::Tensor empty = at::empty({0}, q.options());
-  auto absent_as_empty = [&](const std::optional<at::Tensor>& t) {
-    return t.has_value() && t->defined() ? *t : empty;
-  };
-  return TriangleAttentionFunction::apply(q, k, v, absent_as_empty(bias), absent_as_empty(mask),
-                                          absent_as_empty(gate))[0];
+  return TriangleAttentionFunction::apply(q, k, v, absent_as_empty(bias, q), absent_as_empty(mask, q),
+                                          absent_as_empty(gate, q))[0];
 }
 
 at::Tensor triangle_attention_projected_cuda(const at::Tensor& proj, const std::optional<at::Tensor>& bias,
@@ -335,9 +338,8 @@ at::Tensor triangle_attention_projected_cuda(const at::Tensor& proj, const std::
   if (proj.size(3) % 2 != 0 || proj.scalar_type() == at::kDouble || !cuda::supported_head_dim(head_dim) ||
       !kernels_run_on(proj, "triangle_attention"))
     return triangle_attention(x.q, x.k, x.v, own_bias ? *bias : x.bias, mask, x.gate);
-  const at::Tensor empty = at::empty({0}, proj.options());
-  return ProjectedFunction::apply(proj, own_bias ? *bias : empty, mask.has_value() && mask->defined() ? *mask : empty,
-                                  heads, head_dim, transposed)[0];
+  return ProjectedFunction::apply(proj, absent_as_empty(bias, proj), absent_as_empty(mask, proj), heads, head_dim,
+                                  transposed)[0];
 }
 
 }  // namespace
