@@ -7,7 +7,13 @@ Per (row, query, key) each kernel does one exponential and 2*d FLOPs per product
 forward 2 products (QK^T, PV), dq 3 (QK^T, dO V^T, dS K), dkv 4 (+ P^T dO, dS^T Q), dbias 2.
 The sm_90a kernels (tma_wgmma_*) and the mma.sync ones are named apart.
 
+--mask ones|tail adds a key mask (all attended, or the last eighth of the keys masked, as a padded
+crop has); --projected calls triangle_attention_projected on a [1, N, N, W] projection (q, k, v,
+gate and bias as its strided views), the form the Pairformer block uses; W = --width, by default
+the model's (4Hd + H rounded up to a multiple of 32: 64-byte rows).
+
 usage: python3 bench/profile_kernels.py --lib build/src/libmegafold_ops.so [--n 768 1024]
+           [--mask ones|tail] [--projected]
 """
 import argparse
 import collections
@@ -37,18 +43,38 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--n", type=int, nargs="+", default=[768, 1024])
     ap.add_argument("--trace", help="also write a Chrome trace of the last size's steps here")
+    ap.add_argument("--mask", choices=["ones", "tail"], help="a key mask: every key attended, or the last eighth masked")
+    ap.add_argument("--projected", action="store_true", help="the projected op on strided views, as the model calls it")
+    ap.add_argument("--width", type=int, default=(4 * H * D + H + 31) // 32 * 32,
+                    help="the projection's row width (--projected)")
     args = ap.parse_args()
     torch.ops.load_library(args.lib)
     for n in args.n:
-        q, k, v = (torch.randn(1, n, n, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                   for _ in range(3))
-        bias = torch.randn(1, H, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        mask = None
+        if args.mask:
+            mask = torch.ones(1, n, n, device="cuda")
+            if args.mask == "tail":
+                mask[..., n - n // 8:] = 0
         grad = torch.randn(1, n, n, H, D, device="cuda", dtype=torch.bfloat16)
+        if args.projected:
+            proj = torch.randn(1, n, n, args.width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            leaves = (proj,)
+
+            def run():
+                return torch.ops.megafold.triangle_attention_projected(proj, None, mask, H, D, False)
+        else:
+            q, k, v = (torch.randn(1, n, n, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))
+            bias = torch.randn(1, H, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            leaves = (q, k, v, bias)
+
+            def run():
+                return torch.ops.megafold.triangle_attention(q, k, v, bias, mask, None)
 
         def step():  # as bench/triangle_attention.py times it: fresh gradients, not accumulated ones
-            for t in (q, k, v, bias):
+            for t in leaves:
                 t.grad = None
-            torch.ops.megafold.triangle_attention(q, k, v, bias, None, None).backward(grad)
+            run().backward(grad)
 
         for _ in range(3):
             step()
