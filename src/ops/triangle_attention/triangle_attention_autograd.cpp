@@ -11,7 +11,6 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/full.h>
 #include <ATen/ops/zeros_like.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -44,7 +43,8 @@ at::Tensor kernel_layout(const at::Tensor& t, at::ScalarType type) {
 // Inputs shared by forward and backward (already in kernel layout).
 cuda::TriangleAttentionParams make_params(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, const at::Tensor& bias,
-                                          const at::Tensor& mask, const at::Tensor& gate) {
+                                          const at::Tensor& mask, const at::Tensor& mask_tiles,
+                                          const at::Tensor& gate) {
   cuda::TriangleAttentionParams p{};
   p.dtype = kernel_dtype(q.scalar_type());
   p.B = q.size(0), p.R = q.size(1), p.N = q.size(2), p.H = q.size(3), p.d = q.size(4);
@@ -61,8 +61,18 @@ cuda::TriangleAttentionParams make_params(const at::Tensor& q, const at::Tensor&
   if (mask.defined()) {
     p.mask = mask.data_ptr<float>();
     p.mask_ld = mask.stride(1);
+    p.mask_tiles = reinterpret_cast<const uint32_t*>(mask_tiles.data_ptr<int32_t>());
+    p.mask_words = mask_tiles.size(2);
   }
   return p;
+}
+
+// t, copied to a dense tensor unless it starts 4-byte aligned with even strides: the sm_90a
+// forward reads the gate two elements at a time.
+at::Tensor pair_layout(const at::Tensor& t) {
+  bool even = reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0;
+  for (int64_t i = 0; i + 1 < t.dim(); ++i) even = even && (t.size(i) == 1 || t.stride(i) % 2 == 0);
+  return even ? t : t.contiguous();
 }
 
 // Whether the sm_90a kernels run for q's device, dtype and head dim.
@@ -122,11 +132,23 @@ std::pair<at::Tensor, at::Tensor> use_sm90(cuda::TriangleAttentionParams& p, con
 }
 
 // The key mask as the kernels take it: additive (0 attends, -inf masks), float, rows padded
-// with -inf to a multiple of 64 keys so that the sm_90a forward copies whole tiles of it.
-at::Tensor additive_mask(const at::Tensor& mask) {
-  const int64_t n = mask.size(-1), padded = (n + 63) / 64 * 64;
-  at::Tensor r = at::full({mask.size(0), mask.size(1), padded}, -INFINITY, mask.options().dtype(at::kFloat));
-  return r.narrow(-1, 0, n).masked_fill_(mask.ne(0), 0.f);
+// with -inf to a multiple of 64 keys so that the sm_90a forward copies whole tiles of it; and
+// per row, which of those tiles hold a masked key (the sm_90a kernels add the mask to those
+// only).
+struct KeyMask {
+  at::Tensor additive, tiles;
+};
+KeyMask key_mask(const at::Tensor& mask) {
+  const at::Tensor m = mask.to(at::kFloat);
+  const int64_t B = m.size(0), R = m.size(1), n = m.size(2), padded = (n + 63) / 64 * 64;
+  const int64_t words = (padded / 64 + 31) / 32;
+  const at::Tensor additive = at::empty({B, R, padded}, m.options());
+  const at::Tensor tiles = at::empty({B, R, words}, m.options().dtype(at::kInt));
+  int64_t stride[3];
+  copy_strides(m, stride);
+  cuda::make_key_mask(m.data_ptr<float>(), stride, B, R, n, additive.data_ptr<float>(), padded,
+                      reinterpret_cast<uint32_t*>(tiles.data_ptr<int32_t>()), words, current_stream(m));
+  return {additive.narrow(-1, 0, n), tiles};
 }
 
 at::Tensor dense_like(const at::Tensor& t) {
@@ -143,7 +165,7 @@ bool same_layout(const at::Tensor& t, at::IntArrayRef want) {
 // What the forward keeps for backward (inputs in kernel layout; bias, mask, gate undefined
 // when absent) and runs it with.
 struct Saved {
-  at::Tensor q, k, v, bias, mask, gate, o, lse;
+  at::Tensor q, k, v, bias, mask, mask_tiles, gate, o, lse;
 };
 
 // The forward kernels on kernel-layout inputs. `out` receives the gated output through its
@@ -152,13 +174,16 @@ Saved run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& mask, const at::Tensor& gate, at::Tensor& out) {
   const bool sm90 = sm90_kernels(q);
   Saved s;
-  s.q = q, s.k = k, s.v = v, s.gate = gate;
+  s.q = q, s.k = k, s.v = v, s.gate = sm90 && gate.defined() ? pair_layout(gate) : gate;
   s.bias = bias.defined() ? bias.to(q.scalar_type()).contiguous() : bias;
-  s.mask = mask.defined() ? additive_mask(mask) : mask;
+  if (mask.defined()) {
+    const KeyMask m = key_mask(mask);
+    s.mask = m.additive, s.mask_tiles = m.tiles;
+  }
   s.o = dense_like(q);
   if (!gate.defined()) out = s.o;
   s.lse = at::empty({q.size(0), q.size(1), q.size(3), q.size(2)}, q.options().dtype(at::kFloat));
-  cuda::TriangleAttentionParams p = make_params(q, k, v, s.bias, s.mask, gate);
+  cuda::TriangleAttentionParams p = make_params(q, k, v, s.bias, s.mask, s.mask_tiles, s.gate);
   const auto sm90_bias = sm90 ? use_sm90(p, s.bias, false) : std::pair<at::Tensor, at::Tensor>();
   p.o = s.o.data_ptr();
   p.out = out.data_ptr();
@@ -194,7 +219,7 @@ void run_backward(const Saved& s, const at::Tensor& grad, at::IntArrayRef out_st
       sm90 ? at::empty({lse.size(0), lse.size(1), lse.size(2), (lse.size(3) + 1) / 2 * 2, 2}, lse.options())
            : at::Tensor();
   at::Tensor partial;
-  cuda::TriangleAttentionParams p = make_params(q, s.k, s.v, s.bias, s.mask, s.gate);
+  cuda::TriangleAttentionParams p = make_params(q, s.k, s.v, s.bias, s.mask, s.mask_tiles, s.gate);
   const auto sm90_bias = sm90 ? use_sm90(p, s.bias, true) : std::pair<at::Tensor, at::Tensor>();
   p.o = s.o.data_ptr();
   p.lse = s.lse.data_ptr<float>();
@@ -227,11 +252,11 @@ void run_backward(const Saved& s, const at::Tensor& grad, at::IntArrayRef out_st
 }
 
 void save(AutogradContext* ctx, const Saved& s) {
-  ctx->save_for_backward({s.q, s.k, s.v, s.bias, s.mask, s.gate, s.o, s.lse});
+  ctx->save_for_backward({s.q, s.k, s.v, s.bias, s.mask, s.mask_tiles, s.gate, s.o, s.lse});
 }
 Saved saved(AutogradContext* ctx) {
   const variable_list v = ctx->get_saved_variables();
-  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
 }
 
 struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAttentionFunction> {

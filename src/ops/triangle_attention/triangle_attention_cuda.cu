@@ -113,7 +113,36 @@ void backward_prologue(const TriangleAttentionParams& p, cudaStream_t stream) {
   launch_kernel(backward_prologue_kernel<T, kVec>, blocks, rows_per_block * pieces, 0, stream, p, rows_per_block);
 }
 
+// Block = one mask row (b, r); pass k's warp w covers keys 256 k + 32 w .. + 31, so a 64-key
+// tile's bit is the OR of two warps' ballots (an integer OR in shared memory: order-free).
+__global__ void __launch_bounds__(kPrologueThreads)
+    key_mask_kernel(const float* mask, int64_t s0, int64_t s1, int64_t s2, int64_t R, int64_t N, float* additive,
+                    int64_t ld, uint32_t* tiles, int64_t words) {
+  extern __shared__ uint32_t bits[];
+  const int64_t row = blockIdx.x;
+  const float* m = mask + (row / R) * s0 + (row % R) * s1;
+  for (int64_t w = threadIdx.x; w < words; w += blockDim.x) bits[w] = 0;
+  __syncthreads();
+  for (int64_t j0 = 0; j0 < ld; j0 += blockDim.x) {
+    const int64_t j = j0 + threadIdx.x;
+    const bool in = j < N, attend = in && m[j * s2] != 0.f;
+    if (j < ld) additive[row * ld + j] = attend ? 0.f : -INFINITY;
+    const unsigned masked = __ballot_sync(0xffffffffu, in && !attend);
+    if (threadIdx.x % 32 == 0 && masked != 0) atomicOr(&bits[j / 64 / 32], 1u << (j / 64 % 32));
+  }
+  __syncthreads();
+  for (int64_t w = threadIdx.x; w < words; w += blockDim.x) tiles[row * words + w] = bits[w];
+}
+
 }  // namespace
+
+void make_key_mask(const float* mask, const int64_t (&stride)[3], int64_t B, int64_t R, int64_t N, float* additive,
+                   int64_t ld, uint32_t* tiles, int64_t words, void* stream) {
+  if (B * R == 0 || N == 0) return;
+  launch_kernel(key_mask_kernel, static_cast<unsigned>(B * R), kPrologueThreads, static_cast<int>(words * 4),
+                static_cast<cudaStream_t>(stream), mask, stride[0], stride[1], stride[2], R, N, additive, ld, tiles,
+                words);
+}
 
 bool supported_head_dim(int64_t d) { return d == 16 || d == 24 || d == 32 || d == 48 || d == 64; }
 

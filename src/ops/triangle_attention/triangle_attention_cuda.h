@@ -35,6 +35,12 @@ struct TriangleAttentionParams {
   // 64-key rows of it, need mask_ld a multiple of 64 with -inf past N.
   const float* mask;
   int64_t mask_ld;
+  // Which 64-key tiles of each mask row hold a masked key below N: bit t % 32 of word t / 32 of
+  // row (b, r) of [B, R, mask_words] (make_key_mask writes them with the mask). The sm_90a
+  // kernels add the mask to those tiles only; on the others (a padded crop's real keys, or no
+  // padding at all) the keys past N get -inf alone, the same scores bit for bit.
+  const uint32_t* mask_tiles;
+  int64_t mask_words;
   // Forward outputs / backward inputs, [B, R, N, H, d]: o before gating (saved for backward),
   // contiguous, and out = sigmoid(gate) * o through out_stride (null without a gate: out is o,
   // and out_stride o's). The ending-node caller asks for out with its rows and columns swapped
@@ -88,6 +94,11 @@ bool supported_head_dim(int64_t d);
 int64_t dbias_partials(const TriangleAttentionParams& p);
 // dbias = the sum of the chunk partials in chunk order, in dbias_dtype through dbias_stride.
 void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream);
+
+// From a [B, R, N] float key mask read through `stride` (nonzero attends): the additive mask
+// rows (0 / -inf, `ld` >= N floats apart, -inf past N) and the tile words of mask_tiles.
+void make_key_mask(const float* mask, const int64_t (&stride)[3], int64_t B, int64_t R, int64_t N, float* additive,
+                   int64_t ld, uint32_t* tiles, int64_t words, void* stream);
 
 void triangle_attention_forward(const TriangleAttentionParams& p, void* stream);
 void triangle_attention_backward(const TriangleAttentionParams& p, void* stream);

@@ -15,7 +15,26 @@ struct Case {
   at::ScalarType dtype;
   int64_t N, R, H, d;
   bool bias = true, mask = true, gate = true;
+  // The mask of a padded crop instead of random keys: row r attends a prefix of the keys (from
+  // N / 2 to N long), so most of its 64-key tiles hold no masked key and one holds the edge.
+  bool padded = false;
 };
+
+// Row 0 fully masked; with `padded`, row r > 0 attends keys [0, n_r), else ~80% of the keys
+// at random and never the last two (padding).
+at::Tensor test_mask(const Case& c) {
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  at::Tensor mask;
+  if (c.padded) {
+    const at::Tensor lengths = at::randint(c.N / 2, c.N + 1, {1, c.R, 1}, o.dtype(at::kLong));
+    mask = (at::arange(c.N, o.dtype(at::kLong)).view({1, 1, c.N}) < lengths).to(at::kFloat);
+  } else {
+    mask = (at::rand({1, c.R, c.N}, o) > 0.2).to(at::kFloat);
+    if (c.N > 2) mask.narrow(2, c.N - 2, 2).fill_(0);
+  }
+  mask.select(1, 0).fill_(0);
+  return mask;
+}
 
 std::vector<at::Tensor> run(const std::vector<at::Tensor>& in, const at::Tensor& mask,
                             const at::Tensor& grad, at::ScalarType dtype, bool reference) {
@@ -33,18 +52,14 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& in, const at::Tensor&
 void check_case(const Case& c) {
   SCOPED_TRACE("dtype " + std::string(c10::toString(c.dtype)) + " N=" + std::to_string(c.N) +
                " R=" + std::to_string(c.R) + " H=" + std::to_string(c.H) + " d=" + std::to_string(c.d) +
-               (c.bias ? " bias" : "") + (c.mask ? " mask" : "") + (c.gate ? " gate" : ""));
+               (c.bias ? " bias" : "") + (c.mask ? (c.padded ? " padded mask" : " mask") : "") +
+               (c.gate ? " gate" : ""));
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
   const std::vector<at::Tensor> in = {at::randn({1, c.R, c.N, c.H, c.d}, o), at::randn({1, c.R, c.N, c.H, c.d}, o),
                                       at::randn({1, c.R, c.N, c.H, c.d}, o),
                                       c.bias ? at::randn({1, c.H, c.N, c.N}, o) : at::Tensor(),
                                       c.gate ? at::randn({1, c.R, c.N, c.H, c.d}, o) : at::Tensor()};
-  at::Tensor mask;
-  if (c.mask) {
-    mask = (at::rand({1, c.R, c.N}, o) > 0.2).to(at::kFloat);
-    mask.select(1, 0).fill_(0);                        // a fully masked row
-    if (c.N > 2) mask.narrow(2, c.N - 2, 2).fill_(0);  // padded keys
-  }
+  const at::Tensor mask = c.mask ? test_mask(c) : at::Tensor();
   const at::Tensor grad = at::randn({1, c.R, c.N, c.H, c.d}, o);
   const auto ref64 = run(in, mask, grad, at::kDouble, true);
   const auto naive = run(in, mask, grad, c.dtype, true);
@@ -134,6 +149,32 @@ TEST_F(TriangleAttentionCuda, MaskedKeysWithHugeLogitsGetZeroGradients) {
     for (size_t i : {2, 3}) EXPECT_EQ(ours[i].select(2, key).abs().max().item<float>(), 0.f) << names[i] << " key " << key;
 }
 
+// A padded crop's mask: the Hopper kernels add it only to the 64-key tiles that hold a masked
+// key (the tile at each row's edge and those past it), up to two words of tile bits per row.
+TEST_F(TriangleAttentionCuda, PaddedCropMasks) {
+  for (int64_t N : {131, 200}) check_case({at::kBFloat16, N, 9, 4, 32, true, true, true, /*padded=*/true});
+  check_case({at::kHalf, 2100, 3, 4, 32, true, true, true, /*padded=*/true});
+}
+
+// A mask that attends every key is no mask: every tile skips it, and the output and each
+// gradient are bitwise those of the call without one (both add nothing to a real key's score).
+TEST_F(TriangleAttentionCuda, AllAttendingMaskIsNoMask) {
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  for (int64_t N : {37, 200}) {
+    SCOPED_TRACE("N=" + std::to_string(N));
+    const int64_t R = 5, H = 4, d = 32;
+    const std::vector<at::Tensor> in = {at::randn({1, R, N, H, d}, o), at::randn({1, R, N, H, d}, o),
+                                        at::randn({1, R, N, H, d}, o), at::randn({1, H, N, N}, o),
+                                        at::randn({1, R, N, H, d}, o)};
+    const at::Tensor grad = at::randn({1, R, N, H, d}, o);
+    const auto with = run(in, at::ones({1, R, N}, o), grad, at::kBFloat16, false);
+    const auto without = run(in, at::Tensor(), grad, at::kBFloat16, false);
+    const char* names[] = {"out", "dq", "dk", "dv", "dbias", "dgate"};
+    ASSERT_EQ(with.size(), without.size());
+    for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(at::equal(with[i], without[i])) << names[i];
+  }
+}
+
 // MSA column attention has no bias; single attention with pair bias has one row and no mask;
 // an ungated use returns o itself.
 TEST_F(TriangleAttentionCuda, EveryVariant) {
@@ -185,10 +226,10 @@ TEST_F(TriangleAttentionCuda, StridedViewsReadInPlace) {
 
 // The projected op hands the kernels views of the projection and of its gradient: output and
 // the projection's whole gradient must equal, bitwise, the plain op's on the same views (whose
-// gradient autograd assembles from the parts). Widths: the model's (a multiple of 8), none
-// (TMA cannot read rows of 1032 bytes in place: the kernels get copies, the gradient still
-// lands in place) and odd (the op takes the plain op's path). Padding and, with a given
-// bias, the bias columns get zero gradient.
+// gradient autograd assembles from the parts). Widths: the model's (a multiple of 32), a
+// multiple of 8 only, none (TMA cannot read rows of 1032 bytes in place: the kernels get
+// copies, the gradient still lands in place) and odd (the op takes the plain op's path).
+// Padding and, with a given bias, the bias columns get zero gradient.
 void check_projected(at::ScalarType dtype, int64_t N, int64_t width_extra) {
   const int64_t H = 4, d = 32, W = 4 * H * d + H + width_extra;
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(dtype);
@@ -224,7 +265,8 @@ void check_projected(at::ScalarType dtype, int64_t N, int64_t width_extra) {
 }
 
 TEST_F(TriangleAttentionCuda, ProjectedWritesTheProjectionGradientWhole) {
-  for (const int64_t extra : {int64_t{4}, int64_t{0}, int64_t{1}}) check_projected(at::kBFloat16, 37, extra);
+  for (const int64_t extra : {int64_t{28}, int64_t{4}, int64_t{0}, int64_t{1}})
+    check_projected(at::kBFloat16, 37, extra);
   check_projected(at::kBFloat16, 130, 4);
   check_projected(at::kHalf, 70, 4);
   check_projected(at::kFloat, 37, 4);

@@ -207,6 +207,11 @@ __device__ __forceinline__ void add_key_mask(float (&x)[NX], const float* mask, 
   }
 }
 
+// Whether tile `kt` of mask row (b, r) holds a masked key below N (TriangleAttentionParams::mask_tiles).
+__device__ __forceinline__ bool tile_masked(const TriangleAttentionParams& p, int64_t b, int64_t r, int64_t kt) {
+  return (p.mask_tiles[(b * p.R + r) * p.mask_words + kt / 32] >> (kt % 32)) & 1u;
+}
+
 // Keys past N get -inf (without a mask, whose padding does this).
 template <int NX>
 __device__ __forceinline__ void mask_tail(float (&x)[NX], int64_t j0, int64_t N, int t) {
@@ -279,28 +284,58 @@ __device__ __forceinline__ void row_stats(const TriangleAttentionParams& p, int6
 }
 
 // Stores a 64 x 32 accumulator block (rows i, i + 8 of this thread) times mul[half] into a
-// [B, R, N, H, d] tensor of T with strides `s`; with a gate, times sigmoid(gate).
+// [B, R, N, H, d] tensor of T with strides `s`.
 template <typename T>
 __device__ __forceinline__ void store_rows(void* out, const int64_t (&s)[5], const TriangleAttentionParams& p, int b,
                                            int64_t r, int h, int64_t i_first, const float (&acc)[16],
-                                           const float (&mul)[2], const void* gate, int t) {
+                                           const float (&mul)[2], int t) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = i_first + 8 * half;
     if (i >= p.N) continue;
     T* row = static_cast<T*>(out) + b * s[0] + r * s[1] + i * s[2] + h * s[3];
-    const T* g = gate == nullptr ? nullptr
-                                 : static_cast<const T*>(gate) + b * p.gate_stride[0] + r * p.gate_stride[1] +
-                                       i * p.gate_stride[2] + h * p.gate_stride[3];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int col = 8 * c + 2 * t;
-      float v0 = acc[4 * c + 2 * half] * mul[half], v1 = acc[4 * c + 2 * half + 1] * mul[half];
-      if (g != nullptr) {
-        v0 /= 1.f + __expf(-static_cast<float>(g[col]));
-        v1 /= 1.f + __expf(-static_cast<float>(g[col + 1]));
-      }
-      *reinterpret_cast<uint32_t*>(row + col) = pack2<T>(v0, v1);
+      *reinterpret_cast<uint32_t*>(row + col) =
+          pack2<T>(acc[4 * c + 2 * half] * mul[half], acc[4 * c + 2 * half + 1] * mul[half]);
+    }
+  }
+}
+
+// The gate values of this thread's output elements (rows i, i + 8; columns 8c + 2t, + 1) as
+// pairs. Read before the key loop, whose steps hide the latency that the epilogue used to wait
+// out (the model's gate is a strided view of the projection: 4-byte pieces 1 KB apart).
+template <typename T>
+__device__ __forceinline__ void load_gate(uint32_t (&gate)[2][4], const TriangleAttentionParams& p, int b, int64_t r,
+                                          int h, int64_t i_first, int t) {
+  const int64_t(&s)[5] = p.gate_stride;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = min(i_first + 8 * half, p.N - 1);  // rows past N are never stored
+    const T* row = static_cast<const T*>(p.gate) + b * s[0] + r * s[1] + i * s[2] + h * s[3];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) gate[half][c] = *reinterpret_cast<const uint32_t*>(row + 8 * c + 2 * t);
+  }
+}
+
+// store_rows into out through out_stride, times sigmoid(gate): the gate costs no extra pass over o.
+template <typename T>
+__device__ __forceinline__ void store_gated_rows(const TriangleAttentionParams& p, int b, int64_t r, int h,
+                                                 int64_t i_first, const float (&acc)[16], const float (&mul)[2],
+                                                 const uint32_t (&gate)[2][4], int t) {
+  const int64_t(&s)[5] = p.out_stride;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = i_first + 8 * half;
+    if (i >= p.N) continue;
+    T* row = static_cast<T*>(p.out) + b * s[0] + r * s[1] + i * s[2] + h * s[3];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float2 g = mma::unpack2<T>(gate[half][c]);
+      const float v0 = acc[4 * c + 2 * half] * mul[half] / (1.f + __expf(-g.x));
+      const float v1 = acc[4 * c + 2 * half + 1] * mul[half] / (1.f + __expf(-g.y));
+      *reinterpret_cast<uint32_t*>(row + 8 * c + 2 * t) = pack2<T>(v0, v1);
     }
   }
 }
@@ -337,13 +372,18 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
   init_barriers(ring, resident);
   auto issue = [&](int step) {
-    constexpr uint32_t bytes =
-        2 * Tr::kRows * Tr::kTile + (kBias ? kBiasBytes : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
+    // A row's mask comes only with the tiles that hold a masked key (the others skip it).
+    bool with_mask[Tr::kRows];
+    uint32_t bytes = 2 * Tr::kRows * Tr::kTile + (kBias ? kBiasBytes : 0);
+    for (int w = 0; w < Tr::kRows; ++w) {
+      with_mask[w] = kMask && r0 + w < p.R && tile_masked(p, b, r0 + w, step);
+      if (with_mask[w]) bytes += Tr::kMaskRow;
+    }
     const int s = ring.arm(step, bytes), j0 = step * Tr::kBlockN;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(k_tile(s, w), &maps.k, ring.filled(s), 0, h, j0, r0 + w, b);
       tma_load_5d(v_tile(s, w), &maps.v, ring.filled(s), 0, h, j0, r0 + w, b);
-      if constexpr (kMask) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
+      if (with_mask[w]) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
     }
     if constexpr (kBias)
       bulk_load(bias_tile(s), bias_fragment_tile(p, blockIdx.z, blockIdx.x, step), Tr::kBiasFragments, ring.filled(s));
@@ -367,6 +407,14 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   if (kGrad && live) row_stats(p, stat_row, i_first, lse2, delta);
   barrier_wait(&resident, 0);
 
+  // This row's tile bits, 32 steps per word: tiles whose keys are all attended skip the mask.
+  const uint32_t* tile_words =
+      kMask && live ? p.mask_tiles + (static_cast<int64_t>(b) * p.R + r) * p.mask_words : nullptr;
+  uint32_t tile_bits = kMask && live ? tile_words[0] : 0u;
+  // The forward's gate, read now so that its latency hides under the key loop (see load_gate).
+  uint32_t gate[2][4];
+  if (!kGrad && live && p.gate != nullptr) load_gate<T>(gate, p, b, r, h, i_first, t);
+
   float acc[16];  // O, or dQ / scale
 #pragma unroll
   for (int i = 0; i < 16; ++i) acc[i] = 0.f;
@@ -374,6 +422,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   for (int step = 0; step < steps; ++step) {
     const int s = ring.wait(step);
     const int64_t j0 = static_cast<int64_t>(step) * Tr::kBlockN;
+    if (kMask && live && step % 32 == 0 && step > 0) tile_bits = tile_words[step / 32];
+    const bool masked = kMask && ((tile_bits >> (step % 32)) & 1u);
     if (live) {
       float x[32];
       if constexpr (kGrad) {
@@ -388,7 +438,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
         wgmma_wait<0>();
         fence_registers(x);
         fence_registers(dp);
-        if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
+        if (masked) add_key_mask(x, mask_row(s, wg), t);
         else mask_tail(x, j0, p.N, t);
         to_ds(x, dp, lse2, delta, p.scale * kLog2e);
         uint32_t a[4][4];
@@ -402,7 +452,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(x);
-        if constexpr (kMask) add_key_mask(x, mask_row(s, wg), t);
+        if (masked) add_key_mask(x, mask_row(s, wg), t);
         else mask_tail(x, j0, p.N, t);
         const float to_log2 = p.scale * kLog2e;  // unscaled logits to base-2 exponents
         float off[2];
@@ -443,7 +493,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
   if constexpr (kGrad) {
     const float mul[2] = {p.scale, p.scale};
-    store_rows<T>(p.dq, p.dq_stride, p, b, r, h, i_first, acc, mul, nullptr, t);
+    store_rows<T>(p.dq, p.dq_stride, p, b, r, h, i_first, acc, mul, t);
   } else {
     float inv[2];
 #pragma unroll
@@ -456,9 +506,9 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
         p.lse[stat_row + i] = l[half] > 0.f ? fmaf(m[half], p.scale * kLog2e, log2f(l[half])) : INFINITY;
     }
     const int64_t dense[5] = {p.R * p.N * p.H * D, p.N * p.H * D, p.H * D, D, 1};
-    store_rows<T>(p.o, dense, p, b, r, h, i_first, acc, inv, nullptr, t);
+    store_rows<T>(p.o, dense, p, b, r, h, i_first, acc, inv, t);
     // The gated output straight from the registers: the gate costs no extra pass over o.
-    if (p.gate != nullptr) store_rows<T>(p.out, p.out_stride, p, b, r, h, i_first, acc, inv, p.gate, t);
+    if (p.gate != nullptr) store_gated_rows<T>(p, b, r, h, i_first, acc, inv, gate, t);
   }
 #endif
 }
@@ -586,8 +636,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     }
   }
   const float dk_mul[2] = {p.scale, p.scale}, dv_mul[2] = {1.f, 1.f};
-  store_rows<T>(p.dk, p.dk_stride, p, b, r, h, j_first, dk, dk_mul, nullptr, t);
-  store_rows<T>(p.dv, p.dv_stride, p, b, r, h, j_first, dv, dv_mul, nullptr, t);
+  store_rows<T>(p.dk, p.dk_stride, p, b, r, h, j_first, dk, dk_mul, t);
+  store_rows<T>(p.dv, p.dv_stride, p, b, r, h, j_first, dv, dv_mul, t);
 #endif
 }
 
@@ -625,7 +675,9 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
   init_barriers(ring, resident);
   auto issue = [&](int step) {
-    constexpr uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0);
+    // The row's mask comes only when this key tile holds a masked key (the others skip it).
+    const bool with_mask = kMask && tile_masked(p, b, r_begin + step, j0 / Tr::kBlockN);
+    const uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (with_mask ? Tr::kMaskRow : 0);
     const int s = ring.arm(step, bytes), r = r_begin + step;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
@@ -633,7 +685,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     }
     tma_load_5d(k_tile(s), &maps.k, ring.filled(s), 0, h, j0, r, b);
     tma_load_5d(v_tile(s), &maps.v, ring.filled(s), 0, h, j0, r, b);
-    if constexpr (kMask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
+    if (with_mask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
   };
   if (threadIdx.x == 0) {
     // The second half's tile past N (N <= i0 + 64) is read from the last query tile instead:
@@ -658,6 +710,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     const int s = ring.wait(step);
     float lse2[2], delta[2];
     row_stats(p, ((static_cast<int64_t>(b) * p.R + r_begin + step) * p.H + h) * p.N, i_first, lse2, delta);
+    const bool masked = kMask && tile_masked(p, b, r_begin + step, j0 / Tr::kBlockN);
     float x[32], dp[32];  // unscaled logits (see load_bias_fragments), dP
     load_bias_fragments(x, bias_tiles + wg * Tr::kBiasFragments, warp % 4, lane);
     wgmma_fence();
@@ -667,7 +720,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     wgmma_wait<0>();
     fence_registers(x);
     fence_registers(dp);
-    if constexpr (kMask) add_key_mask(x, mask_row(s), t);
+    if (masked) add_key_mask(x, mask_row(s), t);
     else mask_tail(x, j0, p.N, t);
     to_ds(x, dp, lse2, delta, p.scale * kLog2e);
 #pragma unroll
