@@ -1,9 +1,8 @@
 #pragma once
-// For CUDA bindings of other ops built around layernorm_linear's kernels. For those that run a
-// LayerNorm+Linear inside their own kernels and compute dx themselves (swiglu_transition's
-// fused backward on H100/H200): the weight
-// gradients of layernorm_linear from layernorm_linear's weight-gradient kernels
-// (layernorm_linear_autograd.cpp). CUDA builds only.
+// For CUDA bindings of other ops built around layernorm_linear's kernels
+// (layernorm_linear_autograd.cpp; CUDA builds only). For those that run a LayerNorm+Linear
+// inside their own kernels and compute dx themselves (swiglu_transition's fused backward on
+// H100/H200): the weight gradients of layernorm_linear from its weight-gradient kernels.
 //
 //   x      [M, 128]  fp32, or the 16-bit type of w; contiguous, 16-byte aligned
 //   ln_w   [128], ln_b [128]  fp32
