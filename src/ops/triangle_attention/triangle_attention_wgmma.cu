@@ -14,7 +14,8 @@
 //                        order the threads hold the scores (bias_fragments_kernel), and
 //                        wgmma m64n64k16 x2 adds the product (both operands in shared memory)
 //     forward: online softmax (base 2) in registers, O += P V (m64n32k16 x4, P from
-//       registers, V read transposed from shared memory)
+//       registers, V read transposed from shared memory), issued behind the next step's
+//       scores so that the next softmax runs while it does
 //     dQ: dP = dO V^T, dS = P (dP - delta), dQ += dS K
 // - dK/dV: block = one tile of 64 keys of kRows rows; the query tiles stream (with the bias
 //   tile, shared by the rows, and each row's lse and delta). Per 64-query step, transposed:
@@ -427,46 +428,56 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     issue_scores<T, Tr::kSwizzle, kBias>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
     if constexpr (kGrad) issue_scores<T, Tr::kSwizzle>(dp, do_tiles + wg * Tr::kTile, v_tile(s, wg));
   };
-  // The scores of `step` (in slot s) to the A fragments of its product: the forward's P (online
-  // softmax, base 2; O and the row sums rescaled to the new maxima), dQ's dS = P (dP - delta).
-  auto to_product_operand = [&](int step, int s, uint32_t(&a)[4][4]) {
+  // Mask of the scores of `step` (in slot s): the key mask where the tile holds a masked key,
+  // else -inf past N alone.
+  auto mask_scores = [&](int step, int s) {
     if (kMask && step % 32 == 0 && step > 0) tile_bits = tile_words[step / 32];
     if (kMask && ((tile_bits >> (step % 32)) & 1u)) add_key_mask(x, mask_row(s, wg), t);
     else mask_tail(x, static_cast<int64_t>(step) * Tr::kBlockN, p.N, t);
-    const float to_log2 = p.scale * kLog2e;  // unscaled logits to base-2 exponents
-    if constexpr (kGrad) {
-      to_ds(x, dp, lse2, delta, to_log2);
-      to_a_fragments<T, 32>(a, x);
-    } else {
-      float off[2];
+  };
+  const float to_log2 = p.scale * kLog2e;  // unscaled logits to base-2 exponents
+  // dQ: the scores of `step` (in slot s) to the A fragments of dS = P (dP - delta).
+  auto to_ds_operand = [&](int step, int s, uint32_t(&a)[4][4]) {
+    mask_scores(step, s);
+    if constexpr (kGrad) to_ds(x, dp, lse2, delta, to_log2);
+    to_a_fragments<T, 32>(a, x);
+  };
+  // Forward: the online softmax (base 2) of `step`'s scores in place, P = 2^(c x - m') in x;
+  // the row sums rescaled to the new maxima and grown by P, corr[half] the factor O still
+  // needs (applied by rescale_and_pack once the product reading O is done).
+  auto softmax_in_place = [&](int step, int s, float(&corr)[2]) {
+    mask_scores(step, s);
+    float off[2];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float mx[8];
+    for (int half = 0; half < 2; ++half) {
+      float mx[8];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) mx[k] = fmaxf(x[4 * k + 2 * half], x[4 * k + 2 * half + 1]);
+      for (int k = 0; k < 8; ++k) mx[k] = fmaxf(x[4 * k + 2 * half], x[4 * k + 2 * half + 1]);
 #pragma unroll
-        for (int w = 4; w > 0; w /= 2)
+      for (int w = 4; w > 0; w /= 2)
 #pragma unroll
-          for (int k = 0; k < w; ++k) mx[k] = fmaxf(mx[k], mx[k + w]);
-        const float m_new = fmaxf(m[half], quad_max(mx[0]));
-        // A row with no valid key so far keeps max -inf; subtract 0 instead (all terms are 0).
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float corr = exp2_approx((m[half] - m_use) * to_log2);
-        m[half] = m_new;
-        off[half] = -m_use * to_log2;
-        l[half] *= corr;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[4 * k + 2 * half] *= corr, acc[4 * k + 2 * half + 1] *= corr;
-      }
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {  // pairs: half the length of the row-sum chains
-        const int half = (i / 2) % 2;
-        const float p0 = exp2_approx(fmaf(x[i], to_log2, off[half]));
-        const float p1 = exp2_approx(fmaf(x[i + 1], to_log2, off[half]));
-        l[half] += p0 + p1;
-        a[i / 8][((i / 4) % 2) * 2 + half] = pack2<T>(p0, p1);
-      }
+        for (int k = 0; k < w; ++k) mx[k] = fmaxf(mx[k], mx[k + w]);
+      const float m_new = fmaxf(m[half], quad_max(mx[0]));
+      // A row with no valid key so far keeps max -inf; subtract 0 instead (all terms are 0).
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      corr[half] = exp2_approx((m[half] - m_use) * to_log2);
+      m[half] = m_new;
+      off[half] = -m_use * to_log2;
+      l[half] *= corr[half];
     }
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {  // pairs: half the length of the row-sum chains
+      const int half = (i / 2) % 2;
+      x[i] = exp2_approx(fmaf(x[i], to_log2, off[half]));
+      x[i + 1] = exp2_approx(fmaf(x[i + 1], to_log2, off[half]));
+      l[half] += x[i] + x[i + 1];
+    }
+  };
+  // O rescaled to the maxima of the step whose P is in x, and that P as the product's A fragments.
+  auto rescale_and_pack = [&](const float(&corr)[2], uint32_t(&a)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc[i] *= corr[(i / 2) % 2];
+    to_a_fragments<T, 32>(a, x);
   };
   const auto product_tile = [&](int s) { return kGrad ? k_tile(s, wg) : v_tile(s, wg); };
   // The scores of the step in slot s on their own, waited for.
@@ -488,41 +499,50 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       if (live) {
         step_scores(s);
         uint32_t a[4][4];
-        to_product_operand(step, s, a);
+        to_ds_operand(step, s, a);
         gemm_rows<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
       }
       release(ring, s, wg, step, steps, issue);
     }
   } else {
-    // Forward: each step's O += P V goes to the tensor cores in one group with the next step's
-    // scores, so that a step waits for them once, not twice (2.85 -> 2.76 ms at N = 1024).
+    // Forward, in FlashAttention-3's order within a warpgroup: step s's scores go to the tensor
+    // cores, then step s - 1's O += P V behind them in a second group; the softmax of step s
+    // runs once its scores are in, while that product still runs, and only O's rescaling and
+    // the packing of the new P wait for it.
+    uint32_t a[4][4];
+    float corr[2];
     int s = ring.wait(0);
-    if (live) step_scores(s);
-    for (int step = 0; step + 1 < steps; ++step) {
-      uint32_t a[4][4];
-      if (live) to_product_operand(step, s, a);
-      const int next = ring.wait(step + 1);
+    if (live) {
+      step_scores(s);
+      softmax_in_place(0, s, corr);
+      rescale_and_pack(corr, a);
+    }
+    for (int step = 1; step < steps; ++step) {
+      const int next = ring.wait(step);
       if (live) {
         if constexpr (kBias) load_bias_fragments(x, bias_tile(next), warp % 4, lane);
         fence_registers(acc);
         wgmma_fence();
-        issue_rows_product<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
         issue_step_scores(next);
         wgmma_commit();
+        issue_rows_product<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_registers(x);
+        softmax_in_place(step, next, corr);
+        // ptxas schedules the wait as early as the block allows, above the softmax; a branch
+        // on the row sums (never taken: sums of exponentials are not negative, NaN compares
+        // false) ends the block after it, so the exponentials run under the product.
+        if (l[0] + l[1] < 0.f) asm volatile("nanosleep.u32 0;\n");
         wgmma_wait<0>();
         fence_registers(acc);
-        fence_registers(x);
+        fence_registers(a);
+        rescale_and_pack(corr, a);
       }
-      release(ring, s, wg, step, steps, issue);
+      release(ring, s, wg, step - 1, steps, issue);
       s = next;
     }
-    // The last step's product alone: issued under a branch inside the loop, it made ptxas
-    // serialise every wgmma of the kernel (C7515).
-    if (live) {
-      uint32_t a[4][4];
-      to_product_operand(steps - 1, s, a);
-      gemm_rows<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
-    }
+    if (live) gemm_rows<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
   }
   if (!live) return;
 
