@@ -373,18 +373,16 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
   init_barriers(ring, resident);
   auto issue = [&](int step) {
-    // A row's mask comes only with the tiles that hold a masked key (the others skip it).
-    bool with_mask[Tr::kRows];
-    uint32_t bytes = 2 * Tr::kRows * Tr::kTile + (kBias ? kBiasBytes : 0);
-    for (int w = 0; w < Tr::kRows; ++w) {
-      with_mask[w] = kMask && r0 + w < p.R && tile_masked(p, b, r0 + w, step);
-      if (with_mask[w]) bytes += Tr::kMaskRow;
-    }
+    // The mask rows come with every step's tiles (256 bytes a row), though only the tiles with
+    // a masked key add them: deciding here would put a global load of the tile bits in front
+    // of every refill, and the warpgroup of the refilling thread would wait for it.
+    const uint32_t bytes =
+        2 * Tr::kRows * Tr::kTile + (kBias ? kBiasBytes : 0) + (kMask ? Tr::kRows * Tr::kMaskRow : 0);
     const int s = ring.arm(step, bytes), j0 = step * Tr::kBlockN;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(k_tile(s, w), &maps.k, ring.filled(s), 0, h, j0, r0 + w, b);
       tma_load_5d(v_tile(s, w), &maps.v, ring.filled(s), 0, h, j0, r0 + w, b);
-      if (with_mask[w]) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
+      if constexpr (kMask) tma_load_3d(mask_row(s, w), &maps.mask, ring.filled(s), j0, r0 + w, b);
     }
     if constexpr (kBias)
       bulk_load(bias_tile(s), bias_fragment_tile(p, blockIdx.z, blockIdx.x, step), Tr::kBiasFragments, ring.filled(s));
@@ -730,9 +728,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 
   init_barriers(ring, resident);
   auto issue = [&](int step) {
-    // The row's mask comes only when this key tile holds a masked key (the others skip it).
-    const bool with_mask = kMask && tile_masked(p, b, r_begin + step, j0 / Tr::kBlockN);
-    const uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (with_mask ? Tr::kMaskRow : 0);
+    // The row's mask comes with every step, added only where the tile bits say (see the forward).
+    const uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0);
     const int s = ring.arm(step, bytes), r = r_begin + step;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
@@ -740,7 +737,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     }
     tma_load_5d(k_tile(s), &maps.k, ring.filled(s), 0, h, j0, r, b);
     tma_load_5d(v_tile(s), &maps.v, ring.filled(s), 0, h, j0, r, b);
-    if (with_mask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
+    if constexpr (kMask) tma_load_3d(mask_row(s), &maps.mask, ring.filled(s), j0, r, b);
   };
   if (threadIdx.x == 0) {
     // The second half's tile past N (N <= i0 + 64) is read from the last query tile instead:
