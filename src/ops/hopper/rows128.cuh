@@ -1,7 +1,9 @@
 #pragma once
 // Device pieces the Hopper kernels over rows of c = 128 share (layernorm_linear_wgmma.cu,
-// swiglu_transition_wgmma.cu): 128-byte-swizzled panel offsets and the LayerNorm backward on
-// wgmma accumulators. CUDA sources only.
+// swiglu_transition_wgmma.cu, triangle_multiplication_wgmma.cu; triangle_attention_wgmma.cu
+// reads its transposed bias tiles with them): 128-byte-swizzled panel offsets, projections of
+// a LayerNorm'd row tile, accumulators as A fragments, a 16-bit tile read transposed, and the
+// LayerNorm backward on wgmma accumulators. CUDA sources only.
 #include <cstdint>
 
 #include "core/hopper.cuh"
@@ -16,6 +18,68 @@ __device__ __forceinline__ int swizzled(int r, int piece) { return r * 128 + (((
 
 // Byte offset of accumulator chunk c (columns 8c..8c+7), bytes 4t..4t+3, of row r.
 __device__ __forceinline__ int swizzled_pair(int r, int c, int t) { return r * 128 + ((c ^ (r % 8)) * 16) + 4 * t; }
+
+// acc (+)= A W^T over c = 128: A a warpgroup's 64 rows (two K-major panels: columns 0..63 at
+// a_lo, 64..127 at a_hi), W 64 output features (a two-panel tile, K-major) at w. Eight
+// m64n64k16 in k order (every kernel that recomputes a projection gets the forward's bits).
+// Issued after a wgmma_fence, not committed.
+template <typename T>
+__device__ __forceinline__ void issue_row_projection(float (&acc)[32], uint64_t a_lo, uint64_t a_hi,
+                                                     const unsigned char* w) {
+  const uint64_t w_lo = hopper::smem_desc<128>(w), w_hi = hopper::smem_desc<128>(w + 64 * 128);
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+    const uint32_t off = 32 * (ks % 4);
+    hopper::wgmma_64x64_ss<T>(acc, hopper::desc_add(ks < 4 ? a_lo : a_hi, off), hopper::desc_add(ks < 4 ? w_lo : w_hi, off),
+                              ks > 0);
+  }
+}
+
+// Two such projections of the same rows, their k-steps interleaved.
+template <typename T>
+__device__ __forceinline__ void issue_row_projections(float (&acc_a)[32], float (&acc_b)[32], uint64_t a_lo,
+                                                      uint64_t a_hi, const unsigned char* wa, const unsigned char* wb) {
+  const uint64_t wa_lo = hopper::smem_desc<128>(wa), wa_hi = hopper::smem_desc<128>(wa + 64 * 128);
+  const uint64_t wb_lo = hopper::smem_desc<128>(wb), wb_hi = hopper::smem_desc<128>(wb + 64 * 128);
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+    const uint32_t off = 32 * (ks % 4);
+    const uint64_t a = hopper::desc_add(ks < 4 ? a_lo : a_hi, off);
+    hopper::wgmma_64x64_ss<T>(acc_a, a, hopper::desc_add(ks < 4 ? wa_lo : wa_hi, off), ks > 0);
+    hopper::wgmma_64x64_ss<T>(acc_b, a, hopper::desc_add(ks < 4 ? wb_lo : wb_hi, off), ks > 0);
+  }
+}
+
+// Element pair (i, i + 1) of an m64n64 accumulator (i even) as part of the A fragments of its
+// 16-column k-steps.
+template <typename T>
+__device__ __forceinline__ void to_fragment(uint32_t (&f)[4][4], int i, float lo, float hi) {
+  f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2] = mma::pack2<T>(lo, hi);
+}
+
+// A 64 x 64 16-bit tile (rows x of 128 bytes, 16-byte chunk c of row x stored at chunk
+// c ^ (x % 8)) read transposed, in the layout of an m64n64 accumulator whose rows are the tile's
+// columns: f[2c + h] holds the pair (tile rows 8c + 2t, 8c + 2t + 1) of tile column row16 + g +
+// 8h (warp row16 / 16 of the warpgroup, lane 4g + t). transposed_tile_offsets gives this lane's
+// byte offsets once; each ldmatrix.x4.trans then hands out the 8 x 8 blocks of tile rows
+// 8c..8c+7 (c = 2m + lane / 16) and column chunk row16 / 8 + (lane / 8) % 2.
+__device__ __forceinline__ void transposed_tile_offsets(int (&at)[4], int row16, int lane) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int x = 8 * (2 * m + lane / 16) + lane % 8, c = row16 / 8 + (lane / 8) % 2;
+    at[m] = x * 128 + ((c ^ (x % 8)) * 16);
+  }
+}
+
+__device__ __forceinline__ void load_tile_transposed(uint32_t (&f)[16], const unsigned char* tile, const int (&at)[4]) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    uint32_t x[4];
+    mma::ldmatrix_x4_trans(x, tile + at[m]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f[4 * m + e] = x[e];
+  }
+}
 
 // fn(h, col, ln_w pair, accumulator pair) over this thread's pairs of columns of both rows of
 // two m64n64 accumulators (columns 0..63, 64..127; rows 16 warp + g + 8 h of the warpgroup).

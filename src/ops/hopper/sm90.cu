@@ -84,6 +84,13 @@ CUtensorMap tensor_map(CUtensorMapDataType type, int rank, const void* ptr, cons
   return map;
 }
 
+CUtensorMap rows_map(cuda::DType dtype, const void* ptr, int64_t rows, int64_t cols, const char* what) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
+  const uint32_t box[2] = {64, 64};
+  return tensor_map(map_type(dtype), 2, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, what);
+}
+
 void check_blocks_per_sm(const char* op, const char* name, const void* kernel, int threads, int smem, int want) {
   static std::mutex mutex;
   static std::set<const void*> checked;

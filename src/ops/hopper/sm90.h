@@ -25,6 +25,10 @@ CUtensorMapDataType map_type(cuda::DType t);
 CUtensorMap tensor_map(CUtensorMapDataType type, int rank, const void* ptr, const uint64_t* dims,
                        const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle, const char* what);
 
+// A [rows, cols] row-major 16-bit tensor in boxes of 64 rows x 64 columns (128-byte rows, the
+// 128-byte swizzle): the weight, activation and gradient tiles of the c = 128 kernels.
+CUtensorMap rows_map(cuda::DType dtype, const void* ptr, int64_t rows, int64_t cols, const char* what);
+
 // The first time it sees `kernel`: warns once (naming op and kernel) if fewer than `want`
 // blocks of `threads` threads and `smem` bytes fit per SM, as the kernel's tiles assume.
 void check_blocks_per_sm(const char* op, const char* name, const void* kernel, int threads, int smem, int want);

@@ -173,19 +173,17 @@ bool layernorm_linear_trimul_fits(const at::Tensor& z, const at::Tensor& w, int6
 
 LayerNormLinearContext layernorm_linear_trimul_forward(const at::Tensor& z, const at::Tensor& ln_w,
                                                        const at::Tensor& ln_b, const at::Tensor& w,
-                                                       const at::Tensor& mask, int64_t c, at::Tensor& proj,
-                                                       at::Tensor& a, at::Tensor& b, at::Tensor& gate) {
+                                                       const at::Tensor& mask, int64_t c, at::Tensor& a,
+                                                       at::Tensor& b, at::Tensor& gate) {
   const c10::cuda::CUDAGuard guard(z.device());
   const at::ScalarType type = product_dtype(z, w);
   const LayerNormLinearContext ctx = kernel_context(z, ln_w, ln_b, w, type);
   const int64_t B = z.size(0), n = z.size(1), N = z.size(2), c_gate = w.size(0) - 4 * c;
   const auto out = z.options().dtype(type);
-  proj = at::empty({B, n, N, w.size(0)}, out);
   a = at::empty({B, c, n, N}, out);
   b = at::empty({B, c, n, N}, out);
   gate = at::empty({B, n, N, c_gate}, out);
   cuda::LayerNormLinearParams p = make_params(ctx.x, ctx.ln_w, ctx.ln_b, ctx.w, at::Tensor(), ctx.mean, ctx.rstd);
-  p.y = proj.data_ptr();
   const cuda::TrimulEpilogue e{B, n * N, c, c_gate, mask.defined() ? mask.data_ptr<float>() : nullptr,
                                a.data_ptr(), b.data_ptr(), gate.data_ptr()};
   cuda::layernorm_linear_forward_trimul(p, e, current_stream(z));

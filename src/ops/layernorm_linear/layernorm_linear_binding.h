@@ -34,13 +34,13 @@ struct LayerNormLinearContext {
 // Whether the fused forward serves z [B, n, N, 128] and w [4c + c_gate, 128] under the current
 // autocast state on z's GPU (16-bit products, the sm_90a kernels, the epilogue's shapes).
 bool layernorm_linear_trimul_fits(const at::Tensor& z, const at::Tensor& w, int64_t c);
-// proj = layernorm_linear(z, ln_w, ln_b, w) in the product dtype, and triangle multiplication's
-// operands from it: a, b [B, c, n, N] channel-major, gate [B, n, N, c_gate] (mask [B, n, N]
-// float or undefined). Returns the backward's context.
+// Triangle multiplication's operands from proj = layernorm_linear(z, ln_w, ln_b, w) (in the
+// product dtype, never stored): a, b [B, c, n, N] channel-major, gate [B, n, N, c_gate] (mask
+// [B, n, N] float or undefined). Returns the backward's context (z's statistics included).
 LayerNormLinearContext layernorm_linear_trimul_forward(const at::Tensor& z, const at::Tensor& ln_w,
                                                        const at::Tensor& ln_b, const at::Tensor& w,
-                                                       const at::Tensor& mask, int64_t c, at::Tensor& proj,
-                                                       at::Tensor& a, at::Tensor& b, at::Tensor& gate);
+                                                       const at::Tensor& mask, int64_t c, at::Tensor& a,
+                                                       at::Tensor& b, at::Tensor& gate);
 // dx and the weight gradients (each in its input's dtype; db, the gradient of a bias, in float)
 // from dy [.., N].
 struct LayerNormLinearGrads {

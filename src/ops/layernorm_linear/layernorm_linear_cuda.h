@@ -58,11 +58,12 @@ bool layernorm_linear_use_sm90(int64_t N, int major, int minor);
 
 // Triangle multiplication's operands (triangle_multiplication_cuda.h) made in the sm_90a
 // forward's epilogue from y = [p_a | p_b | g_a | g_b | gate logits] (c, c, c, c, c_gate
-// columns), which is still written (the operands' backward reads it):
+// columns) instead of y, which is not written (the fused backward, triangle_multiplication's
+// trimul_projection_backward, recomputes it):
 //   a = p_a * sigmoid(g_a) * mask, b alike: [B, c, plane] channel-major
 //   gate = sigmoid(gate logits): [M, c_gate] rows (c_gate may be 0)
 // each value computed from y's rounded values and rounded once, as the separate operands pass
-// does; y itself is not read back.
+// does. p.y is not used.
 struct TrimulEpilogue {
   int64_t batch, plane, c, c_gate;  // M = batch * plane rows
   const float* mask;                // [M] or null

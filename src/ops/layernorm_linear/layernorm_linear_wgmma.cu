@@ -57,11 +57,6 @@ struct Traits {
   static constexpr int kPanel = 64 * 128;
   // forward: A (2 panels per warpgroup), weight tiles (2 panels a slot), output staging
   static constexpr int kForwardSmem = (kWarpgroups * 2 + kForwardStages * 2 + kWarpgroups * kStaging) * kPanel + 1024;
-  // With the triangle-multiplication epilogue: a second staging tile per warpgroup (the gated
-  // operands channel-major, or the output gate's rows) and two weight slots, so that two
-  // blocks still fit an SM.
-  static constexpr int kTrimulStages = 2;
-  static constexpr int kTrimulSmem = (kWarpgroups * 2 + kTrimulStages * 2 + kWarpgroups * 2) * kPanel + 1024;
   // dx: a slot holds both warpgroups' dy tiles and the weight tile (2 panels), or, as the two
   // steps after the last, one warpgroup's 64 rows of x (up to 4 panels when x is fp32)
   static constexpr int kDxSlot = (kWarpgroups + 2) * kPanel;
@@ -152,21 +147,21 @@ __device__ __forceinline__ void store_piece(unsigned char* tile, int r, int lane
 
 // kTrimul: the weight tiles run in the order p_a0, g_a0, p_a1, g_a1, p_b0, g_b0, ..., then the
 // output gate's (column tiles of y = [p_a | p_b | g_a | g_b | gate logits], 64 wide), and
-// besides y the epilogue writes a = p_a * sigmoid(g_a) * mask (b alike) channel-major from the
-// p tile's rounded values kept in registers and the g tile's, and the output gate
+// instead of y the epilogue writes a = p_a * sigmoid(g_a) * mask (b alike) channel-major from
+// the p tile's rounded values kept in registers and the g tile's, and the output gate
 // sigmoid(logits) as rows: what triangle_multiplication_operands computes from y, with the
-// same roundings, without reading y back.
+// same roundings. y itself never leaves the chip (the backward recomputes it).
 template <typename Tin, typename T, bool kTrimul>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     tma_wgmma_forward_kernel(const __grid_constant__ Maps maps, const __grid_constant__ CUtensorMap y_map,
                              const __grid_constant__ TrimulMaps tm, const LayerNormLinearParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
-  constexpr int kStages = kTrimul ? Tr::kTrimulStages : Tr::kForwardStages;
+  constexpr int kStages = Tr::kForwardStages;
   extern __shared__ unsigned char raw[];
   __shared__ Ring<kStages> ring;
   unsigned char* a_s = aligned_1024(raw);                            // [warpgroup][2 panels]
   unsigned char* w_s = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;       // [slot][2 panels]
-  unsigned char* o_s = w_s + kStages * 2 * Tr::kPanel;               // [warpgroup] one panel (+ one with kTrimul)
+  unsigned char* o_s = w_s + kStages * 2 * Tr::kPanel;               // [warpgroup] one staging panel
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows + wg * 64;
@@ -215,8 +210,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
   const bool leader = threadIdx.x % 128 == 0;
-  unsigned char* staging = o_s + wg * (kTrimul ? 2 : 1) * Tr::kPanel;
-  unsigned char* staging2 = staging + Tr::kPanel;  // kTrimul only
+  unsigned char* staging = o_s + wg * Tr::kPanel;  // y, or with kTrimul the operand or gate tile
   uint32_t kept[8][2];                               // kTrimul: the p tile's rounded values
   float mask[2] = {1.f, 1.f};
   if constexpr (kTrimul) {
@@ -256,7 +250,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * warp + g + 8 * h;
         y_pairs[c][h] = pack2<T>(acc[4 * c + 2 * h] + bias[c].x, acc[4 * c + 2 * h + 1] + bias[c].y);
-        *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) = y_pairs[c][h];
+        if constexpr (!kTrimul) *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) = y_pairs[c][h];
       }
     if constexpr (kTrimul) {
       if (j < pair_tiles && j % 2 == 0) {
@@ -276,7 +270,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int ch = 8 * c + 2 * t + e;
-              *reinterpret_cast<T*>(staging2 + ch * 128 + (((r / 8) ^ (ch % 8)) * 16) + (r % 8) * 2) =
+              *reinterpret_cast<T*>(staging + ch * 128 + (((r / 8) ^ (ch % 8)) * 16) + (r % 8) * 2) =
                   mma::from_float<T>(v[e]);
             }
           }
@@ -288,7 +282,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * warp + g + 8 * h;
             const float2 gv = mma::unpack2<T>(y_pairs[c][h]);
-            *reinterpret_cast<uint32_t*>(staging2 + swizzled_pair(r, c, t)) =
+            *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) =
                 pack2<T>(1.f / (1.f + __expf(-gv.x)), 1.f / (1.f + __expf(-gv.y)));
           }
       }
@@ -296,16 +290,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     fence_async_shared();
     named_barrier(1 + wg, 128);
     if (leader) {
-      tma_store_2d(&y_map, staging, static_cast<int>(n0), static_cast<int>(row0));
-      if constexpr (kTrimul) {
-        if (j < pair_tiles && j % 2 == 1) {
-          const int q = j / 2;  // operand tile: a's channel tiles, then b's
-          const int64_t b = row0 / tm.plane;
-          tma_store_3d(q < tm.c_tiles ? &tm.a : &tm.b, staging2, static_cast<int>(row0 - b * tm.plane),
-                       64 * (q % tm.c_tiles), static_cast<int>(b));
-        } else if (j >= pair_tiles) {
-          tma_store_2d(&tm.gate, staging2, 64 * (j - pair_tiles), static_cast<int>(row0));
-        }
+      if constexpr (!kTrimul) {
+        tma_store_2d(&y_map, staging, static_cast<int>(n0), static_cast<int>(row0));
+      } else if (j < pair_tiles && j % 2 == 1) {
+        const int q = j / 2;  // operand tile: a's channel tiles, then b's
+        const int64_t b = row0 / tm.plane;
+        tma_store_3d(q < tm.c_tiles ? &tm.a : &tm.b, staging, static_cast<int>(row0 - b * tm.plane),
+                     64 * (q % tm.c_tiles), static_cast<int>(b));
+      } else if (j >= pair_tiles) {
+        tma_store_2d(&tm.gate, staging, 64 * (j - pair_tiles), static_cast<int>(row0));
       }
       tma_store_commit();
     }
@@ -501,13 +494,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
 // ---- host side ----
 
-CUtensorMap rows_map(DType dtype, const void* ptr, int64_t rows, int64_t cols, const char* what) {
-  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
-  const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
-  const uint32_t box[2] = {64, 64};
-  return sm90::tensor_map(sm90::map_type(dtype), 2, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, what);
-}
-
 // x [M, 128] in boxes of 64 rows x 128 bytes (kXPanelCols columns), and its row statistics.
 void add_x_maps(Maps& maps, const LayerNormLinearParams& p) {
   const uint64_t bytes = p.x_dtype == DType::kFloat32 ? 4 : 2;
@@ -544,8 +530,8 @@ bool layernorm_linear_use_sm90(int64_t N, int major, int minor) { return sm90::r
 void layernorm_linear_forward_wgmma(const LayerNormLinearParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   Maps maps{};
-  maps.w = rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
-  const CUtensorMap y_map = rows_map(p.dtype, p.y, p.M, p.N, "layernorm_linear's output");
+  maps.w = sm90::rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
+  const CUtensorMap y_map = sm90::rows_map(p.dtype, p.y, p.M, p.N, "layernorm_linear's output");
   const dim3 grid(grid_rows(p.M));
   const TrimulMaps none{};
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
@@ -564,8 +550,8 @@ bool layernorm_linear_trimul_epilogue_fits(const LayerNormLinearParams& p, const
 void layernorm_linear_forward_trimul(const LayerNormLinearParams& p, const TrimulEpilogue& e, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   Maps maps{};
-  maps.w = rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
-  const CUtensorMap y_map = rows_map(p.dtype, p.y, p.M, p.N, "triangle_multiplication's projection");
+  maps.w = sm90::rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
+  const CUtensorMap no_y{};
   TrimulMaps tm{};
   // a and b: [B, c, plane], boxes of 64 rows (innermost) x 64 channels of one batch element.
   const uint64_t dims[3] = {static_cast<uint64_t>(e.plane), static_cast<uint64_t>(e.c), static_cast<uint64_t>(e.batch)};
@@ -575,14 +561,14 @@ void layernorm_linear_forward_trimul(const LayerNormLinearParams& p, const Trimu
                           "triangle_multiplication's operand a");
   tm.b = sm90::tensor_map(sm90::map_type(p.dtype), 3, e.b, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
                           "triangle_multiplication's operand b");
-  if (e.c_gate > 0) tm.gate = rows_map(p.dtype, e.gate, p.M, e.c_gate, "triangle_multiplication's output gate");
+  if (e.c_gate > 0) tm.gate = sm90::rows_map(p.dtype, e.gate, p.M, e.c_gate, "triangle_multiplication's output gate");
   tm.mask = e.mask;
   tm.c_tiles = static_cast<int>(e.c / 64);
   tm.plane = e.plane;
   const dim3 grid(grid_rows(p.M));
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch("sm_90a forward kernel with the triangle-multiplication epilogue",
-           tma_wgmma_forward_kernel<decltype(tin), decltype(t), true>, grid, Tr::kTrimulSmem, s, maps, y_map, tm, p);
+           tma_wgmma_forward_kernel<decltype(tin), decltype(t), true>, grid, Tr::kForwardSmem, s, maps, no_y, tm, p);
   });
 }
 
@@ -591,8 +577,8 @@ void layernorm_linear_backward_wgmma(const LayerNormLinearParams& p, int64_t row
   const auto s = static_cast<cudaStream_t>(stream);
   MF_CHECK(rows_per_chunk % Tr::kStepM == 0, "layernorm_linear: weight-gradient chunks must be whole 64-row steps");
   Maps maps{};
-  maps.w = rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
-  maps.dy = rows_map(p.dtype, p.dy, p.M, p.N, "layernorm_linear's output gradient");
+  maps.w = sm90::rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
+  maps.dy = sm90::rows_map(p.dtype, p.dy, p.M, p.N, "layernorm_linear's output gradient");
   add_x_maps(maps, p);
   const dim3 dx_grid(grid_rows(p.M));
   const dim3 g_grid(static_cast<unsigned>((p.N + Tr::kBlockRows - 1) / Tr::kBlockRows), static_cast<unsigned>(chunks));

@@ -131,27 +131,6 @@ __device__ __forceinline__ void layer_norm_rows(unsigned char* a_tile, const Swi
   }
 }
 
-// acc_a, acc_b (+)= A w_in[chunk]^T: the A tile's two panels times the slot's a and b panels,
-// K-major both. Issued after a wgmma_fence, not committed.
-template <typename T>
-__device__ __forceinline__ void issue_projection(float (&acc_a)[32], float (&acc_b)[32], uint64_t a_lo, uint64_t a_hi,
-                                                 const unsigned char* slot) {
-  const uint64_t wa_lo = smem_desc<128>(slot), wa_hi = smem_desc<128>(slot + Tr::kPanel);
-  const uint64_t wb_lo = smem_desc<128>(slot + 2 * Tr::kPanel), wb_hi = smem_desc<128>(slot + 3 * Tr::kPanel);
-#pragma unroll
-  for (int ks = 0; ks < 8; ++ks) {
-    const uint32_t off = 32 * (ks % 4);
-    const uint64_t a = desc_add(ks < 4 ? a_lo : a_hi, off);
-    wgmma_64x64_ss<T>(acc_a, a, desc_add(ks < 4 ? wa_lo : wa_hi, off), ks > 0);
-    wgmma_64x64_ss<T>(acc_b, a, desc_add(ks < 4 ? wb_lo : wb_hi, off), ks > 0);
-  }
-}
-
-// Element i of an m64n64 accumulator as part of the A fragments of its 16-column k-steps.
-template <typename T>
-__device__ __forceinline__ void to_fragment(uint32_t (&f)[4][4], int i, float lo, float hi) {
-  f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2] = pack2<T>(lo, hi);
-}
 #endif
 
 template <typename Tin, typename T>
@@ -186,6 +165,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
   const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
   float acc_a[32], acc_b[32], y[2][32];
+  // acc_a, acc_b (+)= A w_in[chunk]^T: the slot's a rows (panels 0, 1) and b rows (2, 3).
+  // Issued after a wgmma_fence, not committed.
+  auto issue_projection = [&](const unsigned char* slot) {
+    issue_row_projections<T>(acc_a, acc_b, a_lo, a_hi, slot, slot + 2 * Tr::kPanel);
+  };
   uint32_t hf[4][4];
   // h = silu(a) * b of the chunk in acc_a, acc_b, as A fragments.
   auto gate = [&] {
@@ -233,7 +217,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) y[0][i] = y[1][i] = acc_a[i] = acc_b[i] = 0.f;
     wgmma_fence();
-    issue_projection<T>(acc_a, acc_b, a_lo, a_hi, slots + ring.wait(step) * Tr::kSlot);
+    issue_projection(slots + ring.wait(step) * Tr::kSlot);
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(acc_a);
@@ -245,7 +229,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const unsigned char* next = slots + ring.wait(step + 1) * Tr::kSlot;
       wgmma_fence();
       issue_down(slots + (step % Tr::kForwardStages) * Tr::kSlot);
-      issue_projection<T>(acc_a, acc_b, a_lo, a_hi, next);
+      issue_projection(next);
       finish(step);
     }
     gate();
@@ -326,6 +310,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   unsigned char* staging = st_s + wg * 3 * Tr::kPanel;  // h, da, db of the chunk
   // dx_acc[nh] = dxhat' columns 64 nh .. +63.
   float acc_a[32], acc_b[32], acc_dh[32], dx_acc[2][32];
+  // acc_a, acc_b (+)= A w_in[chunk]^T: the slot's a rows (panels 0, 1) and b rows (2, 3).
+  // Issued after a wgmma_fence, not committed.
+  auto issue_projection = [&](const unsigned char* slot) {
+    issue_row_projections<T>(acc_a, acc_b, a_lo, a_hi, slot, slot + 2 * Tr::kPanel);
+  };
   uint32_t da_f[4][4], db_f[4][4];
 #pragma unroll
   for (int i = 0; i < 32; ++i) dx_acc[0][i] = dx_acc[1][i] = acc_a[i] = acc_b[i] = acc_dh[i] = 0.f;
@@ -333,7 +322,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int s = ring.wait(j);
     const unsigned char* slot = slots + s * Tr::kSlot;
     wgmma_fence();
-    issue_projection<T>(acc_a, acc_b, a_lo, a_hi, slot);
+    issue_projection(slot);
     // dh = dy w_out[:, chunk]: w_out's two panels are one 128-row tile read MN-major (rows
     // along the reduction over c).
     const uint64_t wo = smem_desc<128>(slot + 4 * Tr::kPanel);
@@ -437,17 +426,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
 // ---- host side ----
 
-CUtensorMap rows_map(DType dtype, const void* ptr, int64_t rows, int64_t cols, const char* what) {
-  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
-  const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
-  const uint32_t box[2] = {64, 64};
-  return sm90::tensor_map(sm90::map_type(dtype), 2, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, what);
-}
-
 Maps weight_maps(const SwigluTransitionParams& p) {
   Maps maps{};
-  maps.w_in = rows_map(p.dtype, p.w_in, 2 * p.h, Tr::kC, "swiglu_transition's w_in");
-  maps.w_out = rows_map(p.dtype, p.w_out, Tr::kC, p.h, "swiglu_transition's w_out");
+  maps.w_in = sm90::rows_map(p.dtype, p.w_in, 2 * p.h, Tr::kC, "swiglu_transition's w_in");
+  maps.w_out = sm90::rows_map(p.dtype, p.w_out, Tr::kC, p.h, "swiglu_transition's w_out");
   return maps;
 }
 
@@ -479,7 +461,7 @@ void swiglu_transition_forward_wgmma(const SwigluTransitionParams& p, void* stre
   MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a forward: c must be 128 and h a multiple of 64");
   if (p.M == 0) return;
   Maps maps = weight_maps(p);
-  maps.y = rows_map(p.dtype, p.y, p.M, Tr::kC, "swiglu_transition's output");
+  maps.y = sm90::rows_map(p.dtype, p.y, p.M, Tr::kC, "swiglu_transition's output");
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch("sm_90a forward kernel", tma_wgmma_forward_kernel<decltype(tin), decltype(t)>, persistent_grid(p.M),
            Tr::kForwardSmem, static_cast<cudaStream_t>(stream), maps, p);
@@ -491,9 +473,9 @@ void swiglu_transition_backward_wgmma(const SwigluTransitionBackwardParams& bp, 
   MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a backward: c must be 128 and h a multiple of 64");
   if (p.M == 0) return;
   Maps maps = weight_maps(p);
-  maps.y = rows_map(p.dtype, bp.dy, p.M, Tr::kC, "swiglu_transition's output gradient");
-  maps.h = rows_map(p.dtype, bp.h, p.M, p.h, "swiglu_transition's hidden layer");
-  maps.dab = rows_map(p.dtype, bp.dab, p.M, 2 * p.h, "swiglu_transition's projection gradient");
+  maps.y = sm90::rows_map(p.dtype, bp.dy, p.M, Tr::kC, "swiglu_transition's output gradient");
+  maps.h = sm90::rows_map(p.dtype, bp.h, p.M, p.h, "swiglu_transition's hidden layer");
+  maps.dab = sm90::rows_map(p.dtype, bp.dab, p.M, 2 * p.h, "swiglu_transition's projection gradient");
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch("sm_90a backward kernel", tma_wgmma_backward_kernel<decltype(tin), decltype(t)>, grid_rows(p.M),
            Tr::kBackwardSmem, static_cast<cudaStream_t>(stream), maps, bp);

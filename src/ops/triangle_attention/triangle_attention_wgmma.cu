@@ -40,6 +40,7 @@
 #include "core/cuda_check.h"
 #include "core/hopper.cuh"
 #include "core/mma.cuh"
+#include "ops/hopper/rows128.cuh"
 #include "ops/hopper/sm90.h"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
 #include "ops/launch.cuh"
@@ -143,28 +144,8 @@ __device__ __forceinline__ float quad_max(float v) {
 // c, as x[4c + 2 half + e].
 
 // The dK/dV kernel reads its bias from a 64 x 64 bf16 tile (queries as rows of 128 bytes,
-// 16-byte chunk c of row x stored at chunk c ^ (x % 8)), transposed: its scores are S^T (rows
-// keys, columns queries). Byte offsets of this lane's ldmatrix rows: load m gives the 8 x 8
-// blocks of query rows 8c..8c+7 (c = 2m + lane / 16) and key chunk 2 (row16 / 16) +
-// (lane / 8) % 2, which ldmatrix.trans hands out in the score layout.
-__device__ __forceinline__ void bias_offsets_transposed(int (&at)[4], int row16, int lane) {
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int x = 8 * (2 * m + lane / 16) + lane % 8, c = row16 / 8 + (lane / 8) % 2;
-    at[m] = x * 128 + ((c ^ (x % 8)) * 16);
-  }
-}
-
-__device__ __forceinline__ void load_bias_transposed(uint32_t (&bf)[16], const unsigned char* tile,
-                                                     const int (&at)[4]) {
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    uint32_t x[4];
-    mma::ldmatrix_x4_trans(x, tile + at[m]);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) bf[4 * m + e] = x[e];
-  }
-}
+// 128-byte swizzle) transposed, as its scores S^T are (rows keys, columns queries):
+// transposed_tile_offsets and load_tile_transposed (ops/hopper/rows128.cuh).
 
 template <typename T>
 __device__ __forceinline__ void scale_add_bias(float (&x)[32], const uint32_t (&bf)[16], float scale) {
@@ -624,7 +605,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int64_t r = r0 + wg;
   const bool live = r < p.R;
   int bias_at[4];
-  bias_offsets_transposed(bias_at, row16, lane);
+  transposed_tile_offsets(bias_at, row16, lane);
   barrier_wait(&resident, 0);
 
   float dk[16], dv[16];
@@ -639,7 +620,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       issue_scores<T, Tr::kSwizzle>(dp, v_tiles + wg * Tr::kTile, do_tile(s, wg));
       wgmma_commit();
       uint32_t bf[16];
-      if constexpr (kBias) load_bias_transposed(bf, bias_tile(s), bias_at);
+      if constexpr (kBias) load_tile_transposed(bf, bias_tile(s), bias_at);
       wgmma_wait<0>();
       fence_registers(x);
       fence_registers(dp);

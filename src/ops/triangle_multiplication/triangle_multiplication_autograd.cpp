@@ -2,7 +2,9 @@
 // (AutogradCUDA and CUDA keys): 16-bit tensors go through triangle_multiplication_layout.cu,
 // layernorm_linear's kernels and cuBLAS, anything else through the ATen references.
 //   projection  on H100/H200 one layernorm_linear forward whose epilogue makes the operands
-//             (see TrimulEpilogue); backward = the operands' then layernorm_linear's.
+//             (see TrimulEpilogue) and keeps no projection; backward = one kernel that
+//             recomputes it and gives its gradient and dz, then layernorm_linear's weight
+//             gradients.
 //   operands  proj rows -> a, b returned as [B, n, N, c] views of channel-major [B, c, n, N]
 //             memory, and the output gate as rows; backward takes da, db in that layout (a
 //             copy only if a caller changed it) and writes the projection's whole gradient.
@@ -89,23 +91,20 @@ struct OperandsFunction : public torch::autograd::Function<OperandsFunction> {
   }
 };
 
-// The projection and the operands, fused on H100/H200: layernorm_linear's forward writes the
-// projection (kept for backward) and, from its epilogue, a, b and the gate; the backward is the
-// operands' followed by layernorm_linear's.
+// The projection and the operands, fused on H100/H200: layernorm_linear's forward makes a, b
+// and the gate in its epilogue and keeps no projection; the backward recomputes it in one
+// kernel that writes its gradient and dz (trimul_projection_backward), then layernorm_linear's
+// weight-gradient kernels read that gradient once.
 struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& ln_w,
                                const at::Tensor& ln_b, const at::Tensor& w, const at::Tensor& mask_or_empty,
                                int64_t c) {
     const c10::cuda::CUDAGuard guard(z.device());
     const at::Tensor mask = mask_or_empty.numel() > 0 ? mask_or_empty.to(at::kFloat).contiguous() : at::Tensor();
-    at::Tensor proj, a, b, gate;
-    const LayerNormLinearContext l = layernorm_linear_trimul_forward(z, ln_w, ln_b, w, mask, c, proj, a, b, gate);
+    at::Tensor a, b, gate;
+    const LayerNormLinearContext l = layernorm_linear_trimul_forward(z, ln_w, ln_b, w, mask, c, a, b, gate);
     ctx->save_for_backward({l.x, l.ln_w, l.ln_b, l.w, l.mean, l.rstd,
                             mask.defined() ? mask : at::empty({0}, z.options().dtype(at::kFloat))});
-    // Kept outside the saved variables so that the backward can drop it before layernorm_linear's
-    // (saved variables live until the node's backward returns). It is no output, so holding it
-    // makes no reference cycle.
-    ctx->saved_data["proj"] = proj;
     ctx->saved_data["c"] = c;
     auto code = [](at::ScalarType t) { return static_cast<int64_t>(t); };
     ctx->saved_data["dtypes"] =
@@ -117,17 +116,42 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
     const variable_list s = ctx->get_saved_variables();
     const std::vector<int64_t> dt = ctx->saved_data["dtypes"].toIntVector();
     auto type = [&](int i) { return static_cast<at::ScalarType>(dt[i]); };
-    const LayerNormLinearContext l{s[0], s[1], s[2], s[3], s[4], s[5], type(0), type(1), type(2), type(3)};
-    at::Tensor dproj;
-    {
-      TORCH_CHECK(ctx->saved_data.count("proj") > 0, "triangle_multiplication_projection: a second backward through "
-                  "the same graph (retain_graph) is not supported; the first released the projection");
-      const at::Tensor proj = ctx->saved_data["proj"].toTensor();
-      ctx->saved_data.erase("proj");
-      dproj = operands_backward(proj, s[6], ctx->saved_data["c"].toInt(), grads);
-    }  // the projection is freed here, before the LayerNorm+Linear backward's buffers
-    const LayerNormLinearGrads g = layernorm_linear_backward(l, dproj);
-    return {g.dx, g.d_ln_w, g.d_ln_b, g.dw, at::Tensor(), at::Tensor()};
+    const at::Tensor &x = s[0], &ln_w = s[1], &ln_b = s[2], &w = s[3], &mean = s[4], &rstd = s[5], &mask = s[6];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t c = ctx->saved_data["c"].toInt(), c_gate = w.size(0) - 4 * c;
+    const int64_t B = x.size(0), plane = x.size(1) * x.size(2), M = B * plane;  // x: z [B, n, N, 128]
+    const auto t16 = w.options();
+    // The incoming gradients in the layouts the kernel reads (free for what contract and the
+    // residual step produce): da, db channel-major [B, c, plane], d gate as rows.
+    auto channel_major_grad = [&](const at::Tensor& g) {
+      return g.defined() ? channel_major(g.to(w.scalar_type())) : at::zeros({B, c, plane}, t16);
+    };
+    const at::Tensor da = channel_major_grad(grads[0]), db = channel_major_grad(grads[1]);
+    const at::Tensor dgate = grads[2].defined() ? aligned_rows(grads[2].to(w.scalar_type()))
+                                                : at::zeros({M, c_gate}, t16);
+    const at::Tensor dproj = at::empty({M, 4 * c + c_gate}, t16), dx = at::empty(x.sizes(), x.options());
+    cuda::TrimulProjectionBackwardParams p{};
+    p.x_dtype = kernel_dtype(x.scalar_type());
+    p.dtype = kernel_dtype(w.scalar_type());
+    p.batch = B;
+    p.plane = plane;
+    p.c = c;
+    p.c_gate = c_gate;
+    p.x = x.data_ptr();
+    p.ln_w = ln_w.data_ptr<float>();
+    p.ln_b = ln_b.data_ptr<float>();
+    p.w = w.data_ptr();
+    p.mean = mean.data_ptr<float>();
+    p.rstd = rstd.data_ptr<float>();
+    p.mask = mask.numel() > 0 ? mask.data_ptr<float>() : nullptr;
+    p.da = da.data_ptr();
+    p.db = db.data_ptr();
+    p.dgate = dgate.data_ptr();
+    p.dproj = dproj.data_ptr();
+    p.dx = dx.data_ptr();
+    cuda::trimul_projection_backward(p, current_stream(x));
+    const LayerNormLinearWeightGrads g = layernorm_linear_weight_gradients(x, ln_w, ln_b, w, mean, rstd, dproj);
+    return {dx.to(type(0)), g.d_ln_w.to(type(1)), g.d_ln_b.to(type(2)), g.dw.to(type(3)), at::Tensor(), at::Tensor()};
   }
 };
 

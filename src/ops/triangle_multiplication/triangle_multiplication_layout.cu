@@ -17,6 +17,7 @@
 
 #include "core/cuda_check.h"
 #include "core/mma.cuh"
+#include "ops/triangle_multiplication/operand_gradients.cuh"
 #include "ops/triangle_multiplication/triangle_multiplication_cuda.h"
 #include "ops/launch.cuh"
 
@@ -32,8 +33,6 @@ using mma::load_pack;
 using mma::Pack;
 using mma::store_pack;
 using mma::to_float;
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 // Offset of (row r, channel ch) in the channel-major [B, c, P] layout.
 __device__ __forceinline__ int64_t channel_major(int64_t r, int64_t ch, const PairLayout& l) {
@@ -68,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) rows_to_channels_kernel(const PairLa
       const Pack<T, kVec> g = load_pack<T, kVec>(src + r * ld + 4 * l.c + pt.ch0);
       Pack<T, kVec> out;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(sigmoid(to_float(g.v[k])));
+      for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(trimul_sigmoid(to_float(g.v[k])));
       store_pack<T, kVec>(gate + r * c_gate + pt.ch0, out);
     }
     return;
@@ -83,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) rows_to_channels_kernel(const PairLa
       const Pack<T, kVec> p = load_pack<T, kVec>(row + op * l.c + pt.ch0);
       const Pack<T, kVec> g = load_pack<T, kVec>(row + (2 + op) * l.c + pt.ch0);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) col[k].v[i] = from_float<T>(to_float(p.v[k]) * sigmoid(to_float(g.v[k])) * m);
+      for (int k = 0; k < kVec; ++k) col[k].v[i] = from_float<T>(to_float(p.v[k]) * trimul_sigmoid(to_float(g.v[k])) * m);
     } else {
       const Pack<T, kVec> x = load_pack<T, kVec>(row + pt.ch0);
 #pragma unroll
@@ -117,10 +116,7 @@ __global__ void __launch_bounds__(kThreads) channels_to_rows_kernel(const PairLa
       const Pack<T, kVec> g = load_pack<T, kVec>(proj + r * ld + 4 * l.c + pt.ch0);
       Pack<T, kVec> out;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float s = sigmoid(to_float(g.v[k]));
-        out.v[k] = from_float<T>(to_float(d.v[k]) * s * (1.0f - s));
-      }
+      for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(trimul_gate_gradient(to_float(d.v[k]), to_float(g.v[k])));
       store_pack<T, kVec>(dst + r * ld_dst + 4 * l.c + pt.ch0, out);
     }
     return;
@@ -134,7 +130,6 @@ __global__ void __launch_bounds__(kThreads) channels_to_rows_kernel(const PairLa
   for (int i = 0; i < kVec; ++i) {
     T* out = dst + (pt.r0 + i) * ld_dst;
     if constexpr (kGate) {
-      // operand = p * s * m with s = sigmoid(g): d p = d * s * m, d g = d * p * m * s (1 - s)
       const T* row = proj + (pt.r0 + i) * ld;
       const float m = mask != nullptr ? mask[pt.r0 + i] : 1.0f;
       const Pack<T, kVec> p = load_pack<T, kVec>(row + op * l.c + pt.ch0);
@@ -142,9 +137,9 @@ __global__ void __launch_bounds__(kThreads) channels_to_rows_kernel(const PairLa
       Pack<T, kVec> dp, dg;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        const float d = to_float(col[k].v[i]) * m, s = sigmoid(to_float(g.v[k]));
-        dp.v[k] = from_float<T>(d * s);
-        dg.v[k] = from_float<T>(d * to_float(p.v[k]) * s * (1.0f - s));
+        const float2 grads = trimul_operand_gradients(to_float(col[k].v[i]) * m, to_float(p.v[k]), to_float(g.v[k]));
+        dp.v[k] = from_float<T>(grads.x);
+        dg.v[k] = from_float<T>(grads.y);
       }
       store_pack<T, kVec>(out + op * l.c + pt.ch0, dp);
       store_pack<T, kVec>(out + (2 + op) * l.c + pt.ch0, dg);
