@@ -73,10 +73,12 @@ at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Te
   // Unsharded, the rows form of the outgoing update is this computation (ops/triangle_multiplication).
   if (outgoing_) return forward_rows(z, pair_mask, dist::PairShard{}, scale);
   const int64_t c = w_ab_.size(0) / 4;
-  const auto [a, b, gate] =
-      ops::triangle_multiplication_projection(z, pair_mask, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
+  // z passes through the projection so that its backward adds the residual's gradient to dz.
+  const auto [a, b, gate, z_through] =
+      ops::triangle_multiplication_projection_passthrough(z, pair_mask, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
   // incoming t_ij = sum_k a_ki b_kj: the outgoing form on transposed views of a and b.
-  return residual(z, ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2)), gate, scale);
+  return residual(z_through, ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2)), gate,
+                  scale);
 }
 
 at::Tensor TriangleMultiplicationImpl::residual(const at::Tensor& z, const at::Tensor& t, const at::Tensor& gate,
@@ -89,10 +91,11 @@ at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const a
                                                    const std::optional<at::Tensor>& scale) {
   const int64_t c = w_ab_.size(0) / 4;
   if (outgoing_) {
-    // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows.
-    const auto [a, b, gate] = ops::triangle_multiplication_projection(z, dist::local_rows(pair_mask, shard), ln_in_w_,
-                                                                      ln_in_b_, at::cat({w_ab_, w_g_}), c);
-    return residual(z, dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract), gate, scale);
+    // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows. z passes through the projection
+    // (see forward).
+    const auto [a, b, gate, z_through] = ops::triangle_multiplication_projection_passthrough(
+        z, dist::local_rows(pair_mask, shard), ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
+    return residual(z_through, dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract), gate, scale);
   }
   // t_ij = sum_k a_ki b_kj is the outgoing form on z^T, whose rows i are these rows of the
   // output; the gate is projected from z itself.

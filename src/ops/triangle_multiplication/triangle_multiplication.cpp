@@ -48,6 +48,20 @@ TriangleMultiplicationOperands triangle_multiplication_projection(const at::Tens
   return {a, b, gate};
 }
 
+TriangleMultiplicationPassthrough triangle_multiplication_projection_passthrough(
+    const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
+    const at::Tensor& w, int64_t c) {
+  if (reference_only()) {
+    const auto [a, b, gate, z_through] = triangle_multiplication_projection_passthrough_ref(z, mask, ln_w, ln_b, w, c);
+    return {a, b, gate, z_through};
+  }
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("megafold::triangle_multiplication_projection_passthrough", "")
+                                 .typed<decltype(triangle_multiplication_projection_passthrough_ref)>();
+  const auto [a, b, gate, z_through] = handle.call(z, mask, ln_w, ln_b, w, c);
+  return {a, b, gate, z_through};
+}
+
 at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b) {
   if (reference_only()) return triangle_multiplication_contract_ref(a, b);
   static const auto handle = c10::Dispatcher::singleton()
@@ -66,6 +80,8 @@ TORCH_LIBRARY_FRAGMENT(megafold, m) {
   m.def("triangle_multiplication_contract(Tensor a, Tensor b) -> Tensor");
   m.def("triangle_multiplication_projection(Tensor z, Tensor? mask, Tensor ln_w, Tensor ln_b, Tensor w, int c)"
         " -> (Tensor, Tensor, Tensor)");
+  m.def("triangle_multiplication_projection_passthrough(Tensor(a) z, Tensor? mask, Tensor ln_w, Tensor ln_b,"
+        " Tensor w, int c) -> (Tensor, Tensor, Tensor, Tensor(a))");
 }
 
 TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
@@ -73,4 +89,6 @@ TORCH_LIBRARY_IMPL(megafold, CompositeImplicitAutograd, m) {
   m.impl("triangle_multiplication_operands", &megafold::ops::triangle_multiplication_operands_ref);
   m.impl("triangle_multiplication_contract", &megafold::ops::triangle_multiplication_contract_ref);
   m.impl("triangle_multiplication_projection", &megafold::ops::triangle_multiplication_projection_ref);
+  m.impl("triangle_multiplication_projection_passthrough",
+         &megafold::ops::triangle_multiplication_projection_passthrough_ref);
 }

@@ -52,18 +52,32 @@ TriangleMultiplicationOperands triangle_multiplication_operands(const at::Tensor
 // The input projection and the operands in one op:
 //   operands(layernorm_linear(z, ln_w, ln_b, w), mask, c), w = [w_ab; w_g] ([4c + c_gate, c_z]).
 // On H100/H200 (c and c_gate multiples of 64, 16-bit products) the operands leave the
-// projection kernel's epilogue instead of a second pass over the projection, which is still
-// written for the backward; elsewhere the two ops run one after the other. Same values either way.
+// projection kernel's epilogue and the projection is never stored: the backward recomputes it
+// in the kernel that gives its gradient and dz. Elsewhere the two ops run one after the other.
+// Same values either way.
 TriangleMultiplicationOperands triangle_multiplication_projection(const at::Tensor& z,
                                                                   const std::optional<at::Tensor>& mask,
                                                                   const at::Tensor& ln_w, const at::Tensor& ln_b,
                                                                   const at::Tensor& w, int64_t c);
+// The same with z passed through as a fourth output (z itself) for the residual step after the
+// update: on H100/H200 the backward adds that output's gradient to dz in its kernel, so no
+// separate pass sums the residual stream's two gradients. torch.ops.megafold.
+// triangle_multiplication_projection_passthrough.
+struct TriangleMultiplicationPassthrough {
+  at::Tensor a, b, gate, z;
+};
+TriangleMultiplicationPassthrough triangle_multiplication_projection_passthrough(
+    const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
+    const at::Tensor& w, int64_t c);
 at::Tensor triangle_multiplication_contract(const at::Tensor& a, const at::Tensor& b);
 // The ATen references of the two dispatcher stages.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_operands_ref(
     const at::Tensor& proj, const std::optional<at::Tensor>& mask, int64_t c);
 at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_ref(
+    const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
+    const at::Tensor& w, int64_t c);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_passthrough_ref(
     const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
     const at::Tensor& w, int64_t c);
 

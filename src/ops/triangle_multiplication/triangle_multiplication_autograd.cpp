@@ -94,11 +94,13 @@ struct OperandsFunction : public torch::autograd::Function<OperandsFunction> {
 // The projection and the operands, fused on H100/H200: layernorm_linear's forward makes a, b
 // and the gate in its epilogue and keeps no projection; the backward recomputes it in one
 // kernel that writes its gradient and dz (trimul_projection_backward), then layernorm_linear's
-// weight-gradient kernels read that gradient once.
+// weight-gradient kernels read that gradient once. With `passthrough` z is a fourth output, whose
+// gradient the kernel adds to dz (where dz keeps z's dtype: fp32 z, or z in the product dtype;
+// else afterwards).
 struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& ln_w,
                                const at::Tensor& ln_b, const at::Tensor& w, const at::Tensor& mask_or_empty,
-                               int64_t c) {
+                               int64_t c, bool passthrough) {
     const c10::cuda::CUDAGuard guard(z.device());
     const at::Tensor mask = mask_or_empty.numel() > 0 ? mask_or_empty.to(at::kFloat).contiguous() : at::Tensor();
     at::Tensor a, b, gate;
@@ -109,6 +111,8 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
     auto code = [](at::ScalarType t) { return static_cast<int64_t>(t); };
     ctx->saved_data["dtypes"] =
         std::vector<int64_t>{code(l.x_dtype), code(l.ln_w_dtype), code(l.ln_b_dtype), code(l.w_dtype)};
+    ctx->saved_data["z_dtype"] = z.scalar_type();
+    if (passthrough) return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate, z};
     return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate};
   }
 
@@ -130,6 +134,9 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
     const at::Tensor dgate = grads[2].defined() ? aligned_rows(grads[2].to(w.scalar_type()))
                                                 : at::zeros({M, c_gate}, t16);
     const at::Tensor dproj = at::empty({M, 4 * c + c_gate}, t16), dx = at::empty(x.sizes(), x.options());
+    const at::Tensor through = grads.size() > 3 ? grads[3] : at::Tensor();
+    const bool kernel_adds = through.defined() && x.scalar_type() == ctx->saved_data["z_dtype"].toScalarType();
+    const at::Tensor add = kernel_adds ? aligned_rows(through.to(x.scalar_type())) : at::Tensor();
     cuda::TrimulProjectionBackwardParams p{};
     p.x_dtype = kernel_dtype(x.scalar_type());
     p.dtype = kernel_dtype(w.scalar_type());
@@ -149,9 +156,13 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
     p.dgate = dgate.data_ptr();
     p.dproj = dproj.data_ptr();
     p.dx = dx.data_ptr();
+    p.dx_add = kernel_adds ? add.data_ptr() : nullptr;
     cuda::trimul_projection_backward(p, current_stream(x));
     const LayerNormLinearWeightGrads g = layernorm_linear_weight_gradients(x, ln_w, ln_b, w, mean, rstd, dproj);
-    return {dx.to(type(0)), g.d_ln_w.to(type(1)), g.d_ln_b.to(type(2)), g.dw.to(type(3)), at::Tensor(), at::Tensor()};
+    at::Tensor dz = dx.to(type(0));
+    if (through.defined() && !kernel_adds) dz = dz + through;
+    return {dz, g.d_ln_w.to(type(1)), g.d_ln_b.to(type(2)), g.dw.to(type(3)), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -209,8 +220,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> projection_cuda(const at::Tensor&
     return triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
   check_layernorm_linear_args(z, ln_w, ln_b, w, std::nullopt);
   const at::Tensor mask_or_empty = has_mask ? *mask : at::empty({0}, z.options());
-  const variable_list r = ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c);
+  const variable_list r = ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c, false);
   return {r[0], r[1], r[2]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> projection_passthrough_cuda(
+    const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
+    const at::Tensor& w, int64_t c) {
+  const bool has_mask = mask.has_value() && mask->defined();
+  if (!layernorm_linear_trimul_fits(z, w, c) || (has_mask && mask->sizes() != z.sizes().slice(0, 3)))
+    return triangle_multiplication_projection_passthrough_ref(z, mask, ln_w, ln_b, w, c);
+  check_layernorm_linear_args(z, ln_w, ln_b, w, std::nullopt);
+  const at::Tensor mask_or_empty = has_mask ? *mask : at::empty({0}, z.options());
+  const variable_list r = ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c, true);
+  return {r[0], r[1], r[2], r[3]};
 }
 
 at::Tensor contract_cuda(const at::Tensor& a, const at::Tensor& b) {
@@ -229,9 +252,11 @@ TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
   m.impl("triangle_multiplication_operands", &megafold::ops::operands_cuda);
   m.impl("triangle_multiplication_contract", &megafold::ops::contract_cuda);
   m.impl("triangle_multiplication_projection", &megafold::ops::projection_cuda);
+  m.impl("triangle_multiplication_projection_passthrough", &megafold::ops::projection_passthrough_cuda);
 }
 TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
   m.impl("triangle_multiplication_operands", &megafold::ops::operands_cuda);
   m.impl("triangle_multiplication_contract", &megafold::ops::contract_cuda);
   m.impl("triangle_multiplication_projection", &megafold::ops::projection_cuda);
+  m.impl("triangle_multiplication_projection_passthrough", &megafold::ops::projection_passthrough_cuda);
 }

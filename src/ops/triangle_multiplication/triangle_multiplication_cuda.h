@@ -63,6 +63,7 @@ struct TrimulProjectionBackwardParams {
   const void* dgate;  // [M, c_gate] rows (c_gate > 0)
   void* dproj;        // [M, 4c + c_gate]
   void* dx;           // [M, 128]
+  const void* dx_add;  // [M, 128] in x's dtype, added to dx (the residual stream's gradient), or null
 };
 void trimul_projection_backward(const TrimulProjectionBackwardParams& p, void* stream);
 

@@ -167,5 +167,41 @@ TEST_F(TriangleMultiplicationCuda, ProjectionEpilogueAndFusedBackwardEqualTheTwo
   }
 }
 
+// The passthrough form adds the residual stream's gradient inside the fused backward kernel
+// (H100/H200; elsewhere after the backward): fp32 z under autocast and bf16 z, within the
+// roundings of the two ways of forming the sum; both kernel sets, a padded plane.
+TEST_F(TriangleMultiplicationCuda, ProjectionPassthroughAddsTheResidualGradient) {
+  for (const bool portable : {false, true}) {
+    set_portable_kernels_only(portable);
+    for (const at::ScalarType t : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(std::string(portable ? "portable kernels " : "") + c10::toString(t));
+      const bool autocast = t == at::kFloat;
+      const auto o = at::TensorOptions().device(at::kCUDA).dtype(t);
+      const int64_t n = 37, c = 128, c_gate = 128;
+      const at::Tensor mask = (at::rand({1, n, n}, o.dtype(at::kFloat)) > 0.2).to(at::kFloat);
+      const std::vector<at::Tensor> in = {at::randn({1, n, n, 128}, o) * 2 + 0.3, 1 + 0.3 * at::randn({128}, o),
+                                          0.3 * at::randn({128}, o),
+                                          at::randn({4 * c + c_gate, 128}, o) / std::sqrt(128.0)};
+      auto flat = [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& g) {
+        return at::cat({a.flatten(), b.flatten(), g.flatten()});
+      };
+      auto plain = [&](const std::vector<at::Tensor>& x) {
+        const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+        const auto r = triangle_multiplication_projection(x[0], mask, x[1], x[2], x[3], c);
+        return flat(r.a, r.b, r.gate);
+      };
+      auto passthrough = [&](const std::vector<at::Tensor>& x) {
+        const AutocastScope scope(at::kCUDA, autocast, at::kBFloat16);
+        const auto r = triangle_multiplication_projection_passthrough(x[0], mask, x[1], x[2], x[3], c);
+        return std::tuple<at::Tensor, at::Tensor>{flat(r.a, r.b, r.gate), r.z};
+      };
+      const auto product = o.dtype(at::kBFloat16);
+      expect_passthrough_adds_residual_gradient(plain, passthrough, in, at::randn({n * n * (2 * c + c_gate)}, product),
+                                                at::randn({1, n, n, 128}, o) * 3);
+    }
+  }
+  set_portable_kernels_only(false);
+}
+
 }  // namespace
 }  // namespace megafold::ops

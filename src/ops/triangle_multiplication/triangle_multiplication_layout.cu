@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(kThreads) rows_to_channels_kernel(const PairLa
       const Pack<T, kVec> p = load_pack<T, kVec>(row + op * l.c + pt.ch0);
       const Pack<T, kVec> g = load_pack<T, kVec>(row + (2 + op) * l.c + pt.ch0);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) col[k].v[i] = from_float<T>(to_float(p.v[k]) * trimul_sigmoid(to_float(g.v[k])) * m);
+      for (int k = 0; k < kVec; ++k)
+        col[k].v[i] = from_float<T>(to_float(p.v[k]) * trimul_sigmoid(to_float(g.v[k])) * m);
     } else {
       const Pack<T, kVec> x = load_pack<T, kVec>(row + pt.ch0);
 #pragma unroll

@@ -34,6 +34,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projectio
   return {a, b, gate};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> triangle_multiplication_projection_passthrough_ref(
+    const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
+    const at::Tensor& w, int64_t c) {
+  // z itself: autograd then sums its two gradients as it would without the op.
+  const auto [a, b, gate] = triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
+  return {a, b, gate, z};
+}
+
 at::Tensor triangle_multiplication_contract_ref(const at::Tensor& a, const at::Tensor& b) {
   // Channel-major views make the k-contraction one batched matmul per channel.
   const at::Tensor a_c = a.permute({0, 3, 1, 2});  // [B, c, i, k]

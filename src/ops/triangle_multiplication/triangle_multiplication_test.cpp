@@ -89,5 +89,33 @@ TEST(TriangleMultiplication, GradientsMatchFiniteDifferences) {
   }
 }
 
+// The projection's passthrough form (the residual step after the update): the operands, z
+// itself, and z's gradient the sum of both paths'. The operands go along one vector so that
+// one gradient covers all three.
+TEST(TriangleMultiplication, ProjectionPassthroughHandsZOnUnchanged) {
+  fresh_seed();
+  for (const at::ScalarType t : {at::kFloat, at::kDouble}) {
+    const auto o = at::TensorOptions().dtype(t);
+    const int64_t n = 5, c_z = 8, c = 3, c_gate = 8;
+    const at::Tensor mask = padded_mask(2, n, 4).to(t);
+    const std::vector<at::Tensor> in = {at::randn({2, n, n, c_z}, o), 1 + 0.3 * at::randn({c_z}, o),
+                                        0.3 * at::randn({c_z}, o), at::randn({4 * c + c_gate, c_z}, o) / 3};
+    auto flat = [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& g) {
+      return at::cat({a.flatten(), b.flatten(), g.flatten()});
+    };
+    const int64_t outputs = 2 * n * n * (2 * c + c_gate);
+    expect_passthrough_adds_residual_gradient(
+        [&](const std::vector<at::Tensor>& x) {
+          const auto r = triangle_multiplication_projection(x[0], mask, x[1], x[2], x[3], c);
+          return flat(r.a, r.b, r.gate);
+        },
+        [&](const std::vector<at::Tensor>& x) {
+          const auto r = triangle_multiplication_projection_passthrough(x[0], mask, x[1], x[2], x[3], c);
+          return std::tuple<at::Tensor, at::Tensor>{flat(r.a, r.b, r.gate), r.z};
+        },
+        in, at::randn({outputs}, o), at::randn({2, n, n, c_z}, o));
+  }
+}
+
 }  // namespace
 }  // namespace megafold::ops

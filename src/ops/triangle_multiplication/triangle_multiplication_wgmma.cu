@@ -14,7 +14,8 @@
 //                                           dproj, and packed as A fragments for
 //   dxhat' += dp w[p rows] + dg w[g rows]  w's panels read MN-major
 // then per 64 columns of the output gate the same with its logits alone. After the last step
-// the LayerNorm backward of dxhat' gives dz.
+// the LayerNorm backward of dxhat' gives dz, plus the residual stream's gradient when z passed
+// through the op (added before dz's one rounding).
 // Why: the forward kept the whole projection for this (755 MB at N = 768), and the unfused
 // backward read it back, wrote dproj, and read dproj twice more (dx and the weight gradients):
 // recomputing it is a 128-wide GEMM per tile, cheaper than any of those passes. The weight
@@ -287,7 +288,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float2 v = rows[h] < M ? mma::load2(x + rows[h] * Tr::kC + col) : make_float2(0.f, 0.f);
     return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
   };
-  layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, M, static_cast<Tin*>(p.dx));
+  if (p.dx_add == nullptr) {
+    layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, M, static_cast<Tin*>(p.dx));
+  } else {
+    layernorm_backward_in_place(dx_acc, p.ln_w, xhat, rstd);
+    store_dx_rows_adding(dx_acc, rows, M, static_cast<Tin*>(p.dx), static_cast<const Tin*>(p.dx_add));
+  }
   if (leader) tma_store_wait_all();
 #endif
 }
