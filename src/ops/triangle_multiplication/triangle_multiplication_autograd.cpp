@@ -111,7 +111,6 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
     auto code = [](at::ScalarType t) { return static_cast<int64_t>(t); };
     ctx->saved_data["dtypes"] =
         std::vector<int64_t>{code(l.x_dtype), code(l.ln_w_dtype), code(l.ln_b_dtype), code(l.w_dtype)};
-    ctx->saved_data["z_dtype"] = z.scalar_type();
     if (passthrough) return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate, z};
     return {a.permute({0, 2, 3, 1}), b.permute({0, 2, 3, 1}), gate};
   }
@@ -128,14 +127,14 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
     // The incoming gradients in the layouts the kernel reads (free for what contract and the
     // residual step produce): da, db channel-major [B, c, plane], d gate as rows.
     auto channel_major_grad = [&](const at::Tensor& g) {
-      return g.defined() ? channel_major(g.to(w.scalar_type())) : at::zeros({B, c, plane}, t16);
+      return g.defined() ? aligned_rows(channel_major(g.to(w.scalar_type()))) : at::zeros({B, c, plane}, t16);
     };
     const at::Tensor da = channel_major_grad(grads[0]), db = channel_major_grad(grads[1]);
     const at::Tensor dgate = grads[2].defined() ? aligned_rows(grads[2].to(w.scalar_type()))
                                                 : at::zeros({M, c_gate}, t16);
     const at::Tensor dproj = at::empty({M, 4 * c + c_gate}, t16), dx = at::empty(x.sizes(), x.options());
     const at::Tensor through = grads.size() > 3 ? grads[3] : at::Tensor();
-    const bool kernel_adds = through.defined() && x.scalar_type() == ctx->saved_data["z_dtype"].toScalarType();
+    const bool kernel_adds = through.defined() && x.scalar_type() == type(0);
     const at::Tensor add = kernel_adds ? aligned_rows(through.to(x.scalar_type())) : at::Tensor();
     cuda::TrimulProjectionBackwardParams p{};
     p.x_dtype = kernel_dtype(x.scalar_type());

@@ -79,7 +79,7 @@ class TriangleMultiplicationCuda : public ::testing::Test {
 };
 
 TEST_F(TriangleMultiplicationCuda, ModelCaseUnderAutocast) {
-  for (int64_t n : {1, 37, 131, 384})
+  for (int64_t n : {1, 36, 37, 131, 384})  // 36^2: the fused projection backward with a partial last block
     for (bool outgoing : {true, false}) check_case({1, n, 128, 128, outgoing, at::kFloat});
 }
 
@@ -118,15 +118,17 @@ TEST_F(TriangleMultiplicationCuda, OperandsAreChannelMajorAndContractWithoutCopi
 // LayerNorm and the weight must equal, bitwise, those of the two ops one after the other (the
 // same roundings, so the same projection gradient); dz sums the same products in another order
 // (chunk by chunk), so it is held to the float64 reference like the other CUDA tests and must
-// repeat bitwise. Elsewhere the op is those two ops. Awkward planes (37^2 rows: a partial last
-// tile; two batch elements of 32^2 rows), plain 16-bit and autocast inputs, no output gate.
+// repeat bitwise. Elsewhere the op is those two ops. The kernels take planes of a multiple of 8
+// pairs: 36^2 rows (the last block's 16 rows and a warpgroup wholly past them), 40^2 with c 64
+// and no output gate, two and three batch elements of 32^2 and 8^2 (the last block's second
+// warpgroup in a batch element that does not exist); plain 16-bit and autocast inputs.
 TEST_F(TriangleMultiplicationCuda, ProjectionEpilogueAndFusedBackwardEqualTheTwoOps) {
   struct Shape {
     int64_t batch, n, c, c_gate;
     at::ScalarType dtype;  // kFloat: fp32 under bf16 autocast
   };
-  for (const Shape& sh : {Shape{1, 37, 128, 128, at::kFloat}, Shape{2, 32, 128, 128, at::kHalf},
-                          Shape{1, 131, 64, 0, at::kBFloat16}, Shape{2, 37, 128, 64, at::kBFloat16}}) {
+  for (const Shape& sh : {Shape{1, 36, 128, 128, at::kFloat}, Shape{2, 32, 128, 128, at::kHalf},
+                          Shape{1, 40, 64, 0, at::kBFloat16}, Shape{3, 8, 128, 64, at::kBFloat16}}) {
     SCOPED_TRACE("batch=" + std::to_string(sh.batch) + " n=" + std::to_string(sh.n) + " c=" + std::to_string(sh.c) +
                  " c_gate=" + std::to_string(sh.c_gate) + " " + c10::toString(sh.dtype));
     const auto o = at::TensorOptions().device(at::kCUDA).dtype(sh.dtype);
@@ -177,7 +179,7 @@ TEST_F(TriangleMultiplicationCuda, ProjectionPassthroughAddsTheResidualGradient)
       SCOPED_TRACE(std::string(portable ? "portable kernels " : "") + c10::toString(t));
       const bool autocast = t == at::kFloat;
       const auto o = at::TensorOptions().device(at::kCUDA).dtype(t);
-      const int64_t n = 37, c = 128, c_gate = 128;
+      const int64_t n = 36, c = 128, c_gate = 128;  // a partial last block
       const at::Tensor mask = (at::rand({1, n, n}, o.dtype(at::kFloat)) > 0.2).to(at::kFloat);
       const std::vector<at::Tensor> in = {at::randn({1, n, n, 128}, o) * 2 + 0.3, 1 + 0.3 * at::randn({128}, o),
                                           0.3 * at::randn({128}, o),
