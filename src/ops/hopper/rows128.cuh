@@ -5,6 +5,7 @@
 // a LayerNorm'd row tile, accumulators as A fragments, a 16-bit tile read transposed, and the
 // LayerNorm backward on wgmma accumulators. CUDA sources only.
 #include <cstdint>
+#include <type_traits>
 
 #include "core/hopper.cuh"
 #include "core/mma.cuh"
@@ -19,6 +20,57 @@ __device__ __forceinline__ int swizzled(int r, int piece) { return r * 128 + (((
 // Byte offset of accumulator chunk c (columns 8c..8c+7), bytes 4t..4t+3, of row r.
 __device__ __forceinline__ int swizzled_pair(int r, int c, int t) { return r * 128 + ((c ^ (r % 8)) * 16) + 4 * t; }
 
+// Where layer_norm_rows gets the row statistics: computed, and kept (kNone) or written to
+// mean[row], rstd[row] for rows below M and, when `stats` is given, to stats[r], stats[64 + r]
+// (kWrite); or read from mean and rstd (kGiven), which gives a backward that recomputes the
+// forward's tile from the forward's statistics the same bits.
+enum class RowStats { kNone, kWrite, kGiven };
+template <RowStats kStats>
+using RowStatistic = std::conditional_t<kStats == RowStats::kGiven, const float, float>;
+
+// The LayerNorm of a warpgroup's 64 rows row0 .. row0 + 63 of x [M, 128] into its two-panel A
+// tile (columns 0..63, 64..127), (x - mean) * rstd * ln_w + ln_b rounded to T: warp w (0..3)
+// rows 16 w .. +15 in two passes of 8 (loads first), lane columns 4 lane .. +3; rows past M
+// give ln_b.
+template <typename Tin, typename T, RowStats kStats>
+__device__ __forceinline__ void layer_norm_rows(unsigned char* a_tile, const Tin* x, int64_t M, int64_t row0,
+                                                const float* ln_w, const float* ln_b, float eps,
+                                                RowStatistic<kStats>* mean, RowStatistic<kStats>* rstd,
+                                                float* stats = nullptr) {
+  constexpr bool kGiven = kStats == RowStats::kGiven;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const float4 gw = *reinterpret_cast<const float4*>(ln_w + 4 * lane);
+  const float4 gb = *reinterpret_cast<const float4*>(ln_b + 4 * lane);
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    float4 v[8];
+    float mu[8], rs[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t row = row0 + 16 * warp + 8 * pass + i;
+      v[i] = row < M ? mma::load4(x + row * 128 + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if constexpr (kGiven) {
+        mu[i] = row < M ? mean[row] : 0.f;
+        rs[i] = row < M ? rstd[row] : 0.f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = 16 * warp + 8 * pass + i;
+      if constexpr (!kGiven) mu[i] = mma::warp_sum(v[i].x + v[i].y + v[i].z + v[i].w) * (1.f / 128);
+      const float d0 = v[i].x - mu[i], d1 = v[i].y - mu[i], d2 = v[i].z - mu[i], d3 = v[i].w - mu[i];
+      if constexpr (!kGiven) rs[i] = rsqrtf(mma::warp_sum(d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3) * (1.f / 128) + eps);
+      *reinterpret_cast<uint2*>(a_tile + (lane / 16) * 64 * 128 + swizzled(r, lane % 16)) =
+          make_uint2(mma::pack2<T>(d0 * rs[i] * gw.x + gb.x, d1 * rs[i] * gw.y + gb.y),
+                     mma::pack2<T>(d2 * rs[i] * gw.z + gb.z, d3 * rs[i] * gw.w + gb.w));
+      if constexpr (kStats == RowStats::kWrite) {
+        if (stats != nullptr && lane == 0) stats[r] = mu[i], stats[64 + r] = rs[i];
+        if (lane == 0 && row0 + r < M) mean[row0 + r] = mu[i], rstd[row0 + r] = rs[i];
+      }
+    }
+  }
+}
+
 // acc (+)= A W^T over c = 128: A a warpgroup's 64 rows (two K-major panels: columns 0..63 at
 // a_lo, 64..127 at a_hi), W 64 output features (a two-panel tile, K-major) at w. Eight
 // m64n64k16 in k order (every kernel that recomputes a projection gets the forward's bits).
@@ -30,8 +82,8 @@ __device__ __forceinline__ void issue_row_projection(float (&acc)[32], uint64_t 
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
     const uint32_t off = 32 * (ks % 4);
-    hopper::wgmma_64x64_ss<T>(acc, hopper::desc_add(ks < 4 ? a_lo : a_hi, off), hopper::desc_add(ks < 4 ? w_lo : w_hi, off),
-                              ks > 0);
+    const uint64_t a = hopper::desc_add(ks < 4 ? a_lo : a_hi, off);
+    hopper::wgmma_64x64_ss<T>(acc, a, hopper::desc_add(ks < 4 ? w_lo : w_hi, off), ks > 0);
   }
 }
 
@@ -47,6 +99,37 @@ __device__ __forceinline__ void issue_row_projections(float (&acc_a)[32], float 
     const uint64_t a = hopper::desc_add(ks < 4 ? a_lo : a_hi, off);
     hopper::wgmma_64x64_ss<T>(acc_a, a, hopper::desc_add(ks < 4 ? wa_lo : wa_hi, off), ks > 0);
     hopper::wgmma_64x64_ss<T>(acc_b, a, hopper::desc_add(ks < 4 ? wb_lo : wb_hi, off), ks > 0);
+  }
+}
+
+// dxhat' (columns 0..63 in dx[0], 64..127 in dx[1]) += A_a W_a + A_b W_b over one 64-wide
+// step of the reduction: A_a, A_b 16-bit A fragments in registers (to_fragment), W_a, W_b
+// two-panel weight tiles (64 reduction rows x 128 columns) read MN-major, the two products'
+// k-steps interleaved. Issued after a wgmma_fence, not committed.
+template <typename T>
+__device__ __forceinline__ void issue_dx_products(float (&dx)[2][32], const uint32_t (&fa)[4][4],
+                                                  const uint32_t (&fb)[4][4], const unsigned char* wa,
+                                                  const unsigned char* wb) {
+#pragma unroll
+  for (int nh = 0; nh < 2; ++nh) {
+    const uint64_t da = hopper::smem_desc<128>(wa + nh * 64 * 128), db = hopper::smem_desc<128>(wb + nh * 64 * 128);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      hopper::wgmma_64x64_rs<T, 1>(dx[nh], fa[ks], hopper::desc_add(da, 2048 * ks), true);
+      hopper::wgmma_64x64_rs<T, 1>(dx[nh], fb[ks], hopper::desc_add(db, 2048 * ks), true);
+    }
+  }
+}
+
+// The same with one operand.
+template <typename T>
+__device__ __forceinline__ void issue_dx_product(float (&dx)[2][32], const uint32_t (&f)[4][4],
+                                                 const unsigned char* w) {
+#pragma unroll
+  for (int nh = 0; nh < 2; ++nh) {
+    const uint64_t d = hopper::smem_desc<128>(w + nh * 64 * 128);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) hopper::wgmma_64x64_rs<T, 1>(dx[nh], f[ks], hopper::desc_add(d, 2048 * ks), true);
   }
 }
 
@@ -184,6 +267,20 @@ __device__ __forceinline__ void store_dx_rows_adding(const float (&acc)[2][32], 
         const float* a = acc[half] + 4 * (c0 + c) + 2 * h;
         mma::store2(dx + rows[h] * 128 + 64 * half + 8 * (c0 + c) + 2 * t, a[0] + add[c][h].x, a[1] + add[c][h].y);
       }
+  }
+}
+
+// The LayerNorm backward of dxhat' stored as dx, plus dx_add (a residual stream's gradient, in
+// dx's layout) when it is not null.
+template <typename Tin, typename XHat>
+__device__ __forceinline__ void store_layernorm_backward(float (&acc)[2][32], const float* ln_w, XHat&& xhat,
+                                                        const int64_t (&rows)[2], const float (&rstd)[2], int64_t M,
+                                                        void* dx, const void* dx_add) {
+  if (dx_add == nullptr) {
+    layernorm_backward_rows(acc, ln_w, xhat, rows, rstd, M, static_cast<Tin*>(dx));
+  } else {
+    layernorm_backward_in_place(acc, ln_w, xhat, rstd);
+    store_dx_rows_adding(acc, rows, M, static_cast<Tin*>(dx), static_cast<const Tin*>(dx_add));
   }
 }
 

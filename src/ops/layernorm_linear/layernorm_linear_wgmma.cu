@@ -178,33 +178,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   if (threadIdx.x == 0)
     for (int j = 0; j < kStages && j < n_tiles; ++j) load_w(j);
 
-  // LayerNorm of this warp's 16 rows in two passes of 8 (loads first); lane: columns 4 lane..+3.
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
-  const Tin* x = static_cast<const Tin*>(p.x);
-  const float4 gw = *reinterpret_cast<const float4*>(p.ln_w + 4 * lane);
-  const float4 gb = *reinterpret_cast<const float4*>(p.ln_b + 4 * lane);
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-    float4 v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int64_t row = row0 + 16 * warp + 8 * pass + i;
-      v[i] = row < p.M ? load4(x + row * Tr::kK + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = 16 * warp + 8 * pass + i;
-      const float mean = mma::warp_sum(v[i].x + v[i].y + v[i].z + v[i].w) * (1.f / Tr::kK);
-      const float d0 = v[i].x - mean, d1 = v[i].y - mean, d2 = v[i].z - mean, d3 = v[i].w - mean;
-      const float rstd = rsqrtf(mma::warp_sum(d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3) * (1.f / Tr::kK) + p.eps);
-      store_piece<T>(a_tile, r, lane, d0 * rstd * gw.x + gb.x, d1 * rstd * gw.y + gb.y, d2 * rstd * gw.z + gb.z,
-                     d3 * rstd * gw.w + gb.w);
-      if (lane == 0 && row0 + r < p.M) {
-        p.mean[row0 + r] = mean;
-        p.rstd[row0 + r] = rstd;
-      }
-    }
-  }
+  layer_norm_rows<Tin, T, RowStats::kWrite>(a_tile, static_cast<const Tin*>(p.x), p.M, row0, p.ln_w, p.ln_b, p.eps,
+                                            p.mean, p.rstd);
   fence_async_shared();  // wgmma reads the tile through the async proxy
   named_barrier(1 + wg, 128);
 

@@ -94,43 +94,6 @@ __device__ __forceinline__ void load_weights(unsigned char* slot, const Maps& ma
   tma_load_2d(slot + 5 * Tr::kPanel, &maps.w_out, bar, j * Tr::kChunk, 64);
 }
 
-// LayerNorm of the warpgroup's 64 rows from row0 into its two-panel A tile, (x - mean) * rstd
-// * ln_w + ln_b rounded to T: warp w (0..3) rows 16 w .. +15 in two passes of 8 (loads first),
-// lane columns 4 lane .. +3. Rows past M are zeros. With `stats`, each row's mean and rstd go
-// to stats[r] and stats[64 + r] and to the global row statistics.
-template <typename Tin, typename T>
-__device__ __forceinline__ void layer_norm_rows(unsigned char* a_tile, const SwigluTransitionParams& p, int64_t row0,
-                                                float* stats, float* mean_out, float* rstd_out) {
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const Tin* x = static_cast<const Tin*>(p.x);
-  const float4 gw = *reinterpret_cast<const float4*>(p.ln_w + 4 * lane);
-  const float4 gb = *reinterpret_cast<const float4*>(p.ln_b + 4 * lane);
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-    float4 v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int64_t row = row0 + 16 * warp + 8 * pass + i;
-      v[i] = row < p.M ? load4(x + row * Tr::kC + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = 16 * warp + 8 * pass + i;
-      const float mean = mma::warp_sum(v[i].x + v[i].y + v[i].z + v[i].w) * (1.f / Tr::kC);
-      const float d0 = v[i].x - mean, d1 = v[i].y - mean, d2 = v[i].z - mean, d3 = v[i].w - mean;
-      const float rstd = rsqrtf(mma::warp_sum(d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3) * (1.f / Tr::kC) + p.eps);
-      *reinterpret_cast<uint2*>(a_tile + (lane / 16) * Tr::kPanel + swizzled(r, lane % 16)) =
-          make_uint2(pack2<T>(d0 * rstd * gw.x + gb.x, d1 * rstd * gw.y + gb.y),
-                     pack2<T>(d2 * rstd * gw.z + gb.z, d3 * rstd * gw.w + gb.w));
-      if (stats != nullptr && lane == 0) {
-        stats[r] = mean;
-        stats[64 + r] = rstd;
-        if (row0 + r < p.M) mean_out[row0 + r] = mean, rstd_out[row0 + r] = rstd;
-      }
-    }
-  }
-}
-
 #endif
 
 template <typename Tin, typename T>
@@ -210,7 +173,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // The A tile carried the previous tile's y: its store must have read it.
     if (leader) tma_store_wait_read<0>();
     named_barrier(1 + wg, 128);
-    layer_norm_rows<Tin, T>(a_tile, p, row0, nullptr, nullptr, nullptr);
+    layer_norm_rows<Tin, T, RowStats::kNone>(a_tile, static_cast<const Tin*>(p.x), p.M, row0, p.ln_w, p.ln_b,
+                                             p.eps, nullptr, nullptr);
     fence_async_shared();  // wgmma reads the tile through the async proxy
     named_barrier(1 + wg, 128);
     // (acc_a, acc_b zeroed too: ptxas fences registers it sees defined nowhere, C7519.)
@@ -299,7 +263,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
   float* st = stats[wg];
-  layer_norm_rows<Tin, T>(a_tile, p, row0, st, bp.mean, bp.rstd);
+  layer_norm_rows<Tin, T, RowStats::kWrite>(a_tile, static_cast<const Tin*>(p.x), p.M, row0, p.ln_w, p.ln_b, p.eps,
+                                            bp.mean, bp.rstd, st);
   fence_async_shared();
   named_barrier(1 + wg, 128);
   barrier_wait(&dy_full, 0);
@@ -371,15 +336,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(dx_acc[0]);  // their zeros are set before the products start
     fence_registers(dx_acc[1]);
     wgmma_fence();
-#pragma unroll
-    for (int nh = 0; nh < 2; ++nh) {
-      const uint64_t wa = smem_desc<128>(slot + nh * Tr::kPanel), wb = smem_desc<128>(slot + (2 + nh) * Tr::kPanel);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        wgmma_64x64_rs<T, 1>(dx_acc[nh], da_f[ks], desc_add(wa, 2048 * ks), true);
-        wgmma_64x64_rs<T, 1>(dx_acc[nh], db_f[ks], desc_add(wb, 2048 * ks), true);
-      }
-    }
+    issue_dx_products<T>(dx_acc, da_f, db_f, slot, slot + 2 * Tr::kPanel);
     // Waited for here rather than under the next chunk's products: ptxas serialises every
     // wgmma of the kernel when these stay in flight across the staging code (C7515).
     wgmma_commit();
@@ -414,12 +371,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
     return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
   };
-  if (bp.dx_add == nullptr) {
-    layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(bp.dx));
-  } else {
-    layernorm_backward_in_place(dx_acc, p.ln_w, xhat, rstd);
-    store_dx_rows_adding(dx_acc, rows, p.M, static_cast<Tin*>(bp.dx), static_cast<const Tin*>(bp.dx_add));
-  }
+  store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, p.M, bp.dx, bp.dx_add);
   if (leader) tma_store_wait_all();
 #endif
 }

@@ -134,36 +134,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0)
     for (int j = 0; j < Tr::kStages && j < steps; ++j) load(j);
 
-  // The warpgroup's rows LayerNorm'd into its A tile from the forward's statistics, by the
-  // forward's expression (the same bits): warp w rows 16 w .. +15 in two passes of 8, lane
-  // columns 4 lane .. +3.
+  // The warpgroup's rows LayerNorm'd into its A tile from the forward's statistics (the same bits).
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
   const Tin* x = static_cast<const Tin*>(p.x);
-  {
-    const float4 gw = *reinterpret_cast<const float4*>(p.ln_w + 4 * lane);
-    const float4 gb = *reinterpret_cast<const float4*>(p.ln_b + 4 * lane);
-#pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {
-      float4 v[8];
-      float mu[8], rs[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int64_t row = row0 + 16 * warp + 8 * pass + i;
-        const bool in = row < M;
-        v[i] = in ? load4(x + row * Tr::kC + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
-        mu[i] = in ? p.mean[row] : 0.f;
-        rs[i] = in ? p.rstd[row] : 0.f;
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r = 16 * warp + 8 * pass + i;
-        const float d0 = v[i].x - mu[i], d1 = v[i].y - mu[i], d2 = v[i].z - mu[i], d3 = v[i].w - mu[i];
-        *reinterpret_cast<uint2*>(a_tile + (lane / 16) * Tr::kPanel + swizzled(r, lane % 16)) =
-            make_uint2(pack2<T>(d0 * rs[i] * gw.x + gb.x, d1 * rs[i] * gw.y + gb.y),
-                       pack2<T>(d2 * rs[i] * gw.z + gb.z, d3 * rs[i] * gw.w + gb.w));
-      }
-    }
-  }
+  layer_norm_rows<Tin, T, RowStats::kGiven>(a_tile, x, M, row0, p.ln_w, p.ln_b, 0.f, p.mean, p.rstd);
   fence_async_shared();  // wgmma reads the tile through the async proxy
   named_barrier(1 + wg, 128);
 
@@ -203,15 +177,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(dx_acc[0]);
     fence_registers(dx_acc[1]);
     wgmma_fence();
-#pragma unroll
-    for (int nh = 0; nh < 2; ++nh) {
-      const uint64_t wp = smem_desc<128>(slot + nh * Tr::kPanel), wgt = smem_desc<128>(slot + (2 + nh) * Tr::kPanel);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        if (has_p) wgmma_64x64_rs<T, 1>(dx_acc[nh], dp_f[ks], desc_add(wp, 2048 * ks), true);
-        wgmma_64x64_rs<T, 1>(dx_acc[nh], dg_f[ks], desc_add(wgt, 2048 * ks), true);
-      }
-    }
+    if (has_p) issue_dx_products<T>(dx_acc, dp_f, dg_f, slot, slot + 2 * Tr::kPanel);
+    else issue_dx_product<T>(dx_acc, dg_f, slot + 2 * Tr::kPanel);
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(dp_f);
@@ -220,6 +187,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(dx_acc[1]);
     ring.release(s);
     if (threadIdx.x == 0 && j + Tr::kStages < steps) load(j + Tr::kStages);
+    // The residual gradient's rows, read by plain loads at the end: into L2 two steps ahead.
+    if (threadIdx.x == 0 && p.dx_add != nullptr && j == (steps > 3 ? steps - 3 : 0) && block_row < M) {
+      const int64_t n = M - block_row < Tr::kBlockRows ? M - block_row : Tr::kBlockRows;
+      prefetch_l2(static_cast<const Tin*>(p.dx_add) + block_row * Tr::kC,
+                  static_cast<uint32_t>(n * Tr::kC * sizeof(Tin)));
+    }
   };
 
   for (int j = 0; j < operand_steps; ++j) {
@@ -288,12 +261,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float2 v = rows[h] < M ? mma::load2(x + rows[h] * Tr::kC + col) : make_float2(0.f, 0.f);
     return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
   };
-  if (p.dx_add == nullptr) {
-    layernorm_backward_rows(dx_acc, p.ln_w, xhat, rows, rstd, M, static_cast<Tin*>(p.dx));
-  } else {
-    layernorm_backward_in_place(dx_acc, p.ln_w, xhat, rstd);
-    store_dx_rows_adding(dx_acc, rows, M, static_cast<Tin*>(p.dx), static_cast<const Tin*>(p.dx_add));
-  }
+  store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, M, p.dx, p.dx_add);
   if (leader) tma_store_wait_all();
 #endif
 }
