@@ -4,6 +4,10 @@
 // its ATen reference instead of the CUDA kernels: the before/after of a kernel. With several
 // ranks (--nproc P, or a launcher's) the pair rows are sharded over them as under
 // `train --pair-shards P` (one GPU per rank, NCCL); a step's time is the slowest rank's.
+// --graph times the step as one CUDA graph replay: what the GPU needs without the host's
+// dispatch and launch time, against the same step launched op by op (run that with
+// --dropout off: the dropout masks come from host-seeded generators, which a graph cannot
+// draw afresh, so the graph runs without them).
 #include <ATen/Context.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
@@ -29,6 +33,12 @@
 #include "ops/reference_mode.h"
 #include "core/device.h"
 
+#ifdef MEGAFOLD_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace megafold::cli {
 
 int block_main(const std::vector<std::string>& argv) {
@@ -38,6 +48,8 @@ int block_main(const std::vector<std::string>& argv) {
       {"warmup", "K", "untimed steps first (default 5)"},
       {"ops", "kernel|reference", "CUDA kernels where registered, or the ATen references (default kernel)"},
       {"pair-path", "plain|rows", "the pair stack's plain path, or its row-sharded one on one rank (default plain)"},
+      {"dropout", "on|off", "the training step's dropout (default on)"},
+      {"graph", "", "time the step (dropout off) as one CUDA graph replay, captured after the warm-up"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto; with several ranks, rank r takes cuda:LOCAL_RANK)"},
       {"nproc", "P", "local ranks sharding the pair rows (default: the launcher's ranks, or 1)"},
       {"seed", "N", "parameter and input seed (default 0)"},
@@ -80,13 +92,20 @@ int block_main(const std::vector<std::string>& argv) {
     shard = dist::make_pair_shard(*group, n);
   }
   const bool rows = pair_path == "rows" || env.world > 1;
+  const std::string dropout = args.get("dropout").value_or(args.has("graph") ? "off" : "on");
+  MF_CHECK(dropout == "on" || dropout == "off", "--dropout must be on or off, not '", dropout, "'");
+  const bool graph = args.has("graph");
+  MF_CHECK(!graph || dropout == "off", "--graph runs without dropout (its masks are drawn on the host)");
+  MF_CHECK(!graph || (device.is_cuda() && env.world == 1), "--graph needs one CUDA device");
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
   at::manual_seed(seed);  // parameters and the single track: the same on every rank
 
   const model::ModelConfig cfg;  // AF3 trunk widths
   model::PairformerBlock block(cfg);
   block->to(device);
-  block->train();
+  // Training mode; dropout is its only effect on the block, so eval mode is the step without it.
+  if (dropout == "on") block->train();
+  else block->eval();
   const auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
   const at::Tensor s0 = at::randn({1, n, cfg.c_s}, f32).requires_grad_();
   const at::Tensor ds = at::randn_like(s0);
@@ -100,7 +119,8 @@ int block_main(const std::vector<std::string>& argv) {
   // Forward alone (recording for backward, as in training) and forward + backward.
   std::vector<double> fwd_ms, total_ms;
   megafold::reset_peak_memory(device);
-  for (int64_t step = 0; step < warmup + steps; ++step) {
+  const int64_t eager_steps = graph ? warmup : warmup + steps;
+  for (int64_t step = 0; step < eager_steps; ++step) {
     megafold::synchronize(device);
     if (group) group->barrier();  // the ranks start each step together
     const auto t0 = std::chrono::steady_clock::now();
@@ -123,6 +143,41 @@ int block_main(const std::vector<std::string>& argv) {
     z0.mutable_grad().reset();
     block->zero_grad(/*set_to_none=*/true);
   }
+#ifdef MEGAFOLD_CUDA
+  if (graph) {
+    // Warm-up on the side stream the capture uses (cuBLAS handles, allocator), then one step
+    // captured with fresh gradients (allocated in the graph's pool), then replays.
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
+    auto step = [&](int64_t k) {
+      const AutocastScope autocast(device.type(), true, at::kBFloat16);
+      const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, k, nullptr);
+      torch::autograd::backward({out.s, out.z}, {ds, dz});
+    };
+    {
+      const c10::cuda::CUDAStreamGuard guard(side);
+      step(0);
+    }
+    megafold::synchronize(device);
+    s0.mutable_grad().reset();
+    z0.mutable_grad().reset();
+    block->zero_grad(/*set_to_none=*/true);
+    at::cuda::CUDAGraph captured;
+    {
+      const c10::cuda::CUDAStreamGuard guard(side);
+      captured.capture_begin();
+      step(0);
+      captured.capture_end();
+    }
+    for (int64_t k = 0; k < steps + 1; ++k) {
+      megafold::synchronize(device);
+      const auto t0 = std::chrono::steady_clock::now();
+      captured.replay();
+      megafold::synchronize(device);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (k > 0) total_ms.push_back(ms);  // the first replay uploads the graph
+    }
+  }
+#endif
   double peak_gb = megafold::peak_memory_gb(device);
   if (group) {
     // Each step as long as its slowest rank; memory: the fullest rank.
@@ -141,14 +196,19 @@ int block_main(const std::vector<std::string>& argv) {
     return v[v.size() / 2];
   };
   const std::string impl = "megafold-" + ops_mode + (rows ? "-rows" : "") +
-                           (env.world > 1 ? "-p" + std::to_string(env.world) : "");
-  if (env.rank == 0)
+                           (env.world > 1 ? "-p" + std::to_string(env.world) : "") + (graph ? "-graph" : "") +
+                           (dropout == "off" ? "-nodropout" : "");
+  if (env.rank == 0) {
+    // Under --graph the forward is not timed apart (one replay runs the whole step).
+    char fwd[32] = "null";
+    if (!fwd_ms.empty()) std::snprintf(fwd, sizeof(fwd), "%.3f", median(fwd_ms));
     std::printf("{\"op\": \"pairformer_block\", \"impl\": \"%s\", \"n\": %lld, \"c_s\": %lld, \"c_z\": %lld, "
-                "\"ranks\": %d, \"device\": \"%s\", \"fwd_ms\": %.3f, \"fwdbwd_ms\": %.3f, \"min_ms\": %.3f, "
+                "\"ranks\": %d, \"device\": \"%s\", \"fwd_ms\": %s, \"fwdbwd_ms\": %.3f, \"min_ms\": %.3f, "
                 "\"peak_gb\": %.3f}\n",
                 impl.c_str(), static_cast<long long>(n), static_cast<long long>(cfg.c_s),
-                static_cast<long long>(cfg.c_z), env.world, device.str().c_str(), median(fwd_ms), median(total_ms),
+                static_cast<long long>(cfg.c_z), env.world, device.str().c_str(), fwd, median(total_ms),
                 *std::min_element(total_ms.begin(), total_ms.end()), peak_gb);
+  }
   if (group) group->barrier();
   return 0;
 }
