@@ -210,28 +210,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> operands_cuda(const at::Tensor& p
   return {r[0], r[1], r[2]};
 }
 
+// The fused projection's outputs (a, b, gate, and z itself with `passthrough`), or empty where
+// the reference serves (no sm_90a kernels, shapes the epilogue does not take, a broadcasting mask).
+variable_list projection_kernels(const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w,
+                                 const at::Tensor& ln_b, const at::Tensor& w, int64_t c, bool passthrough) {
+  const bool has_mask = mask.has_value() && mask->defined();
+  if (!layernorm_linear_trimul_fits(z, w, c) || (has_mask && mask->sizes() != z.sizes().slice(0, 3))) return {};
+  check_layernorm_linear_args(z, ln_w, ln_b, w, std::nullopt);
+  const at::Tensor mask_or_empty = has_mask ? *mask : at::empty({0}, z.options());
+  return ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c, passthrough);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> projection_cuda(const at::Tensor& z,
                                                                const std::optional<at::Tensor>& mask,
                                                                const at::Tensor& ln_w, const at::Tensor& ln_b,
                                                                const at::Tensor& w, int64_t c) {
-  const bool has_mask = mask.has_value() && mask->defined();
-  if (!layernorm_linear_trimul_fits(z, w, c) || (has_mask && mask->sizes() != z.sizes().slice(0, 3)))
-    return triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
-  check_layernorm_linear_args(z, ln_w, ln_b, w, std::nullopt);
-  const at::Tensor mask_or_empty = has_mask ? *mask : at::empty({0}, z.options());
-  const variable_list r = ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c, false);
+  const variable_list r = projection_kernels(z, mask, ln_w, ln_b, w, c, false);
+  if (r.empty()) return triangle_multiplication_projection_ref(z, mask, ln_w, ln_b, w, c);
   return {r[0], r[1], r[2]};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> projection_passthrough_cuda(
     const at::Tensor& z, const std::optional<at::Tensor>& mask, const at::Tensor& ln_w, const at::Tensor& ln_b,
     const at::Tensor& w, int64_t c) {
-  const bool has_mask = mask.has_value() && mask->defined();
-  if (!layernorm_linear_trimul_fits(z, w, c) || (has_mask && mask->sizes() != z.sizes().slice(0, 3)))
-    return triangle_multiplication_projection_passthrough_ref(z, mask, ln_w, ln_b, w, c);
-  check_layernorm_linear_args(z, ln_w, ln_b, w, std::nullopt);
-  const at::Tensor mask_or_empty = has_mask ? *mask : at::empty({0}, z.options());
-  const variable_list r = ProjectionFunction::apply(z, ln_w, ln_b, w, mask_or_empty, c, true);
+  const variable_list r = projection_kernels(z, mask, ln_w, ln_b, w, c, true);
+  if (r.empty()) return triangle_multiplication_projection_passthrough_ref(z, mask, ln_w, ln_b, w, c);
   return {r[0], r[1], r[2], r[3]};
 }
 
