@@ -68,22 +68,38 @@ TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c, b
   w_o_ = register_parameter("w_o", torch::zeros({c_z, c}));
 }
 
-at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask,
-                                              const std::optional<at::Tensor>& scale) {
-  // Unsharded, the rows form of the outgoing update is this computation (ops/triangle_multiplication).
-  if (outgoing_) return forward_rows(z, pair_mask, dist::PairShard{}, scale);
+TriangleMultiplicationImpl::Contracted TriangleMultiplicationImpl::contract(const at::Tensor& z,
+                                                                           const at::Tensor& pair_mask) {
   const int64_t c = w_ab_.size(0) / 4;
   // z passes through the projection so that its backward adds the residual's gradient to dz.
   const auto [a, b, gate, z_through] =
       ops::triangle_multiplication_projection_passthrough(z, pair_mask, ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
-  // incoming t_ij = sum_k a_ki b_kj: the outgoing form on transposed views of a and b.
-  return residual(z_through, ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2)), gate,
-                  scale);
+  // outgoing t_ij = sum_k a_ik b_jk; incoming sum_k a_ki b_kj, the outgoing form on transposed views.
+  const at::Tensor t = outgoing_ ? ops::triangle_multiplication_contract(a, b)
+                                 : ops::triangle_multiplication_contract(a.transpose(1, 2), b.transpose(1, 2));
+  return {z_through, t, gate};
+}
+
+at::Tensor TriangleMultiplicationImpl::forward(const at::Tensor& z, const at::Tensor& pair_mask,
+                                              const std::optional<at::Tensor>& scale) {
+  const Contracted u = contract(z, pair_mask);
+  return residual(u.z, u.t, u.gate, scale);
+}
+
+std::tuple<at::Tensor, at::Tensor> TriangleMultiplicationImpl::forward_forked(const at::Tensor& z,
+                                                                             const at::Tensor& pair_mask,
+                                                                             const std::optional<at::Tensor>& scale) {
+  const Contracted u = contract(z, pair_mask);
+  return ops::residual_update_forked(u.z, output(u.t), u.gate, scale);
+}
+
+at::Tensor TriangleMultiplicationImpl::output(const at::Tensor& t) {
+  return ops::layernorm_linear(t, ln_out_w_, ln_out_b_, w_o_, std::nullopt);
 }
 
 at::Tensor TriangleMultiplicationImpl::residual(const at::Tensor& z, const at::Tensor& t, const at::Tensor& gate,
                                                 const std::optional<at::Tensor>& scale) {
-  return ops::residual_update(z, ops::layernorm_linear(t, ln_out_w_, ln_out_b_, w_o_, std::nullopt), gate, scale);
+  return ops::residual_update(z, output(t), gate, scale);
 }
 
 at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const at::Tensor& pair_mask,
@@ -92,7 +108,7 @@ at::Tensor TriangleMultiplicationImpl::forward_rows(const at::Tensor& z, const a
   const int64_t c = w_ab_.size(0) / 4;
   if (outgoing_) {
     // t_ij = sum_k a_ik b_jk: a of these rows, b of all rows. z passes through the projection
-    // (see forward).
+    // (see contract).
     const auto [a, b, gate, z_through] = ops::triangle_multiplication_projection_passthrough(
         z, dist::local_rows(pair_mask, shard), ln_in_w_, ln_in_b_, at::cat({w_ab_, w_g_}), c);
     return residual(z_through, dist::ring_contract(a, b, shard, &ops::triangle_multiplication_contract), gate, scale);

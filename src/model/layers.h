@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 
 #include <optional>
+#include <tuple>
 
 #include "dist/shard.h"
 #include "model/config.h"
@@ -38,6 +39,11 @@ class TriangleMultiplicationImpl : public torch::nn::Module {
   // model/dropout.h, or none): the output gate, dropout and residual add are one pass
   // (ops::residual_update) after the output projection.
   at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask, const std::optional<at::Tensor>& scale);
+  // The same result twice (ops::residual_update_forked), for a pair stream whose next op reads
+  // it twice (its LayerNorm and its own residual step): the two gradients meet in this step's
+  // backward pass instead of a separate addition.
+  std::tuple<at::Tensor, at::Tensor> forward_forked(const at::Tensor& z, const at::Tensor& pair_mask,
+                                                    const std::optional<at::Tensor>& scale);
   // The same on this rank's rows of z [B, n, N, c_z] (pair_mask: the full [B, N, N]; scale:
   // this rank's rows of it); returns this rank's rows. Outgoing gathers b; incoming works on
   // the rows of z^T.
@@ -49,7 +55,15 @@ class TriangleMultiplicationImpl : public torch::nn::Module {
   at::Tensor forward_chunked(const at::Tensor& z, const at::Tensor& pair_mask, const std::optional<at::Tensor>& scale,
                              int64_t rows);
  private:
-  // z + scale * gate * (LayerNorm_out(t) @ w_o^T)
+  // Unsharded, up to the residual step: z passed through the input projection (whose backward
+  // adds the residual's gradient to dz), the contraction t and the output gate.
+  struct Contracted {
+    at::Tensor z, t, gate;
+  };
+  Contracted contract(const at::Tensor& z, const at::Tensor& pair_mask);
+  // LayerNorm_out(t) @ w_o^T
+  at::Tensor output(const at::Tensor& t);
+  // z + scale * gate * output(t)
   at::Tensor residual(const at::Tensor& z, const at::Tensor& t, const at::Tensor& gate,
                       const std::optional<at::Tensor>& scale);
   bool outgoing_;

@@ -39,9 +39,13 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
     return transition_step(z);
   }
   z = tri_mul_out_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0));
-  z = tri_mul_in_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1));
-  z = ops::residual_update(z, tri_attn_start_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kRowwise, 2));
-  z = ops::residual_update(z, tri_attn_end_->forward(z, pair_mask), std::nullopt, drop(z, DropoutAxis::kColumnwise, 3));
+  // Each triangle attention reads z twice (its projection and its residual step): the step
+  // before it returns z twice, and its backward adds the two gradients in its own pass.
+  auto [z_op, z_res] = tri_mul_in_->forward_forked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1));
+  std::tie(z_op, z_res) = ops::residual_update_forked(z_res, tri_attn_start_->forward(z_op, pair_mask), std::nullopt,
+                                                      drop(z_op, DropoutAxis::kRowwise, 2));
+  z = ops::residual_update(z_res, tri_attn_end_->forward(z_op, pair_mask), std::nullopt,
+                           drop(z_op, DropoutAxis::kColumnwise, 3));
   return transition_step(z);
 }
 

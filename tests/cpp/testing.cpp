@@ -110,6 +110,29 @@ void expect_passthrough_adds_residual_gradient(
     if (a[i].grad().defined()) EXPECT_TRUE(at::equal(a[i].grad(), b[i].grad())) << "gradient of input " << i;
 }
 
+void expect_forked_sums_gradients(
+    const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
+    const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& forked,
+    const std::vector<at::Tensor>& in, const at::Tensor& g1, const at::Tensor& g2) {
+  auto leaves = [&] {
+    std::vector<at::Tensor> x;
+    for (const at::Tensor& t : in) x.push_back(t.detach().clone().requires_grad_(true));
+    return x;
+  };
+  const std::vector<at::Tensor> a = leaves(), b = leaves();
+  const at::Tensor y = plain(a);
+  torch::autograd::backward({y, y}, {g1.to(y.scalar_type()), g2.to(y.scalar_type())});
+  const auto [y1, y2] = forked(b);
+  EXPECT_TRUE(at::equal(y1, y)) << "the first result differs from the plain op's";
+  EXPECT_TRUE(at::equal(y2, y)) << "the second result differs from the plain op's";
+  EXPECT_EQ(y2.data_ptr(), y1.data_ptr()) << "the second result is not the first's storage";
+  torch::autograd::backward({y1, y2}, {g1.to(y1.scalar_type()), g2.to(y2.scalar_type())});
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(a[i].grad().defined(), b[i].grad().defined()) << "gradient of input " << i;
+    if (a[i].grad().defined()) EXPECT_TRUE(at::equal(a[i].grad(), b[i].grad())) << "gradient of input " << i;
+  }
+}
+
 void expect_matches_references(const std::vector<at::Tensor>& ours, const std::vector<at::Tensor>& again,
                                const std::vector<at::Tensor>& naive, const std::vector<at::Tensor>& ref64,
                                const std::vector<std::string>& names) {

@@ -69,6 +69,16 @@ void expect_passthrough_adds_residual_gradient(
     const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& passthrough,
     const std::vector<at::Tensor>& in, const at::Tensor& dy, const at::Tensor& g);
 
+// An op's forked form (its result twice, for a stream with two consumers) against its plain
+// form, on inputs `in` (each becomes a fresh leaf that requires grad): both results bitwise the
+// plain one's, the second sharing the first's storage, and with g1, g2 along them every input's
+// gradient bitwise the plain op's when its result takes both (autograd's sum, which the forked
+// op's backward forms the same way).
+void expect_forked_sums_gradients(
+    const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
+    const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& forked,
+    const std::vector<at::Tensor>& in, const at::Tensor& g1, const at::Tensor& g2);
+
 // Overwrites every parameter of m with N(0, scale^2) draws. Zero-initialised output
 // projections make fresh blocks the identity; tests that need the whole computation to act
 // randomise first.

@@ -81,7 +81,13 @@ __device__ __forceinline__ void body(const ResidualUpdateParams& p) {
       for (int k = 0; k < kVec; ++k) out.v[k] = narrow<Z>(widen(z.v[k]) + s[k] * widen(u.v[k]));
       store<Z, kVec>(p.out, at, out);
     } else {
-      const Vec<Z, kVec> g = load<Z, kVec>(p.grad, at);
+      Vec<Z, kVec> g = load<Z, kVec>(p.grad, at);
+      if (p.grad2 != nullptr) {
+        const Vec<Z, kVec> g2 = load<Z, kVec>(p.grad2, at);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) g.v[k] = narrow<Z>(widen(g.v[k]) + widen(g2.v[k]));
+        store<Z, kVec>(p.grad_sum, at, g);
+      }
       Vec<U, kVec> du;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) du.v[k] = narrow<U>(widen(g.v[k]) * s[k]);

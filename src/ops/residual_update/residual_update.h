@@ -18,14 +18,27 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <tuple>
 
 namespace megafold::ops {
 
 at::Tensor residual_update(const at::Tensor& z, const at::Tensor& update, const std::optional<at::Tensor>& gate,
                            const std::optional<at::Tensor>& scale);
 
+// The same step for a residual stream with two consumers (the next op's input and its own
+// residual step): the result twice, the second a view of the first. Their gradients reach this
+// op's backward apart, and on CUDA its one pass adds them (and writes the sum, z's gradient)
+// where autograd would have summed them in a pass of its own. torch.ops.megafold.
+// residual_update_forked.
+std::tuple<at::Tensor, at::Tensor> residual_update_forked(const at::Tensor& z, const at::Tensor& update,
+                                                          const std::optional<at::Tensor>& gate,
+                                                          const std::optional<at::Tensor>& scale);
+
 at::Tensor residual_update_ref(const at::Tensor& z, const at::Tensor& update, const std::optional<at::Tensor>& gate,
                                const std::optional<at::Tensor>& scale);
+std::tuple<at::Tensor, at::Tensor> residual_update_forked_ref(const at::Tensor& z, const at::Tensor& update,
+                                                              const std::optional<at::Tensor>& gate,
+                                                              const std::optional<at::Tensor>& scale);
 
 // Shape, dtype and device checks shared by the reference and the CUDA path.
 void check_residual_update_args(const at::Tensor& z, const at::Tensor& update, const std::optional<at::Tensor>& gate,

@@ -37,12 +37,13 @@ cuda::ResidualUpdateParams params(const at::Tensor& z, at::ScalarType update_dty
   return p;
 }
 
-// Inputs z, update, gate (or empty), scale (or empty). Saves the gate and the scale, and the
-// update only for the gate's gradient; z is not needed again (its gradient is the incoming
-// one). Keeping an ungated update alive would hold one more pair tensor per residual step.
+// Inputs z, update, gate (or empty), scale (or empty), and whether the result is returned twice
+// (residual_update_forked). Saves the gate and the scale, and the update only for the gate's
+// gradient; z is not needed again (its gradient is the incoming one). Keeping an ungated update
+// alive would hold one more pair tensor per residual step.
 struct ResidualUpdateFunction : public torch::autograd::Function<ResidualUpdateFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& z_in, const at::Tensor& update_in,
-                               const at::Tensor& gate_in, const at::Tensor& scale_in) {
+                               const at::Tensor& gate_in, const at::Tensor& scale_in, bool forked) {
     const c10::cuda::CUDAGuard guard(z_in.device());
     const at::Tensor z = aligned_rows(z_in), update = aligned_rows(update_in);
     const at::Tensor gate = gate_in.numel() > 0 ? aligned_rows(gate_in) : at::Tensor();
@@ -57,44 +58,75 @@ struct ResidualUpdateFunction : public torch::autograd::Function<ResidualUpdateF
     ctx->save_for_backward({gate.defined() ? update : none, gate.defined() ? gate : none, scale.defined() ? scale : none});
     ctx->saved_data["z_dtype"] = static_cast<int64_t>(z.scalar_type());
     ctx->saved_data["update_dtype"] = static_cast<int64_t>(update.scalar_type());
+    if (forked) return {out, out.view_as(out)};
     return {out};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
     const at::Tensor gate = s[1].numel() > 0 ? s[1] : at::Tensor(), scale = s[2].numel() > 0 ? s[2] : at::Tensor();
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const c10::cuda::CUDAGuard guard(grads[0].device());
+    // The forked step's two handles: their gradients are summed in the pass below when both came.
+    const at::Tensor second = grads.size() > 1 ? grads[1] : at::Tensor();
+    const at::Tensor first = grads[0].defined() ? grads[0] : second;
+    if (!first.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const c10::cuda::CUDAGuard guard(first.device());
     const auto z_dtype = static_cast<at::ScalarType>(ctx->saved_data["z_dtype"].toInt());
     const auto update_dtype = static_cast<at::ScalarType>(ctx->saved_data["update_dtype"].toInt());
-    const at::Tensor g = aligned_rows(grads[0].to(z_dtype));
+    const at::Tensor g = aligned_rows(first.to(z_dtype));
+    const bool both = grads[0].defined() && second.defined();
+    const at::Tensor g2 = both ? aligned_rows(second.to(z_dtype)) : at::Tensor();
+    const at::Tensor g_sum = both ? at::empty_like(g) : at::Tensor();
     const at::Tensor d_update = at::empty(g.sizes(), g.options().dtype(update_dtype));
     const at::Tensor d_gate = gate.defined() ? at::empty_like(gate) : at::Tensor();
     cuda::ResidualUpdateParams p = params(g, update_dtype, gate, scale);
     p.update = gate.defined() ? s[0].data_ptr() : nullptr;
     p.grad = g.data_ptr();
+    p.grad2 = both ? g2.data_ptr() : nullptr;
+    p.grad_sum = both ? g_sum.data_ptr() : nullptr;
     p.d_update = d_update.data_ptr();
     p.d_gate = gate.defined() ? d_gate.data_ptr() : nullptr;
     cuda::residual_update_backward(p, current_stream(g));
-    return {grads[0], d_update, d_gate, at::Tensor()};
+    return {both ? g_sum : first, d_update, d_gate, at::Tensor(), at::Tensor()};
   }
 };
 
-at::Tensor residual_update_cuda(const at::Tensor& z, const at::Tensor& update, const std::optional<at::Tensor>& gate,
-                                const std::optional<at::Tensor>& scale) {
+// The kernels' outputs (the result, twice when forked), or empty where the reference serves.
+variable_list residual_update_kernels(const at::Tensor& z, const at::Tensor& update,
+                                      const std::optional<at::Tensor>& gate, const std::optional<at::Tensor>& scale,
+                                      bool forked) {
   check_residual_update_args(z, update, gate, scale);
   const bool has_gate = gate.has_value() && gate->defined(), has_scale = scale.has_value() && scale->defined();
   const at::ScalarType zt = z.scalar_type(), ut = update.scalar_type();
   const bool types = (zt == at::kFloat && (ut == at::kFloat || is_16bit(ut))) || (is_16bit(zt) && ut == zt);
   const bool takes = types && (!has_gate || gate->scalar_type() == ut) &&
                      (!has_scale || (z.dim() == 4 && !scale->requires_grad()));
-  if (!takes || !kernels_run_on(z, "residual_update")) return residual_update_ref(z, update, gate, scale);
+  if (!takes || !kernels_run_on(z, "residual_update")) return {};
   const at::Tensor none = at::empty({0}, z.options());
-  return ResidualUpdateFunction::apply(z, update, has_gate ? *gate : none, has_scale ? *scale : none)[0];
+  return ResidualUpdateFunction::apply(z, update, has_gate ? *gate : none, has_scale ? *scale : none, forked);
+}
+
+at::Tensor residual_update_cuda(const at::Tensor& z, const at::Tensor& update, const std::optional<at::Tensor>& gate,
+                                const std::optional<at::Tensor>& scale) {
+  const variable_list out = residual_update_kernels(z, update, gate, scale, false);
+  return out.empty() ? residual_update_ref(z, update, gate, scale) : out[0];
+}
+
+std::tuple<at::Tensor, at::Tensor> residual_update_forked_cuda(const at::Tensor& z, const at::Tensor& update,
+                                                               const std::optional<at::Tensor>& gate,
+                                                               const std::optional<at::Tensor>& scale) {
+  const variable_list out = residual_update_kernels(z, update, gate, scale, true);
+  if (out.empty()) return residual_update_forked_ref(z, update, gate, scale);
+  return {out[0], out[1]};
 }
 
 }  // namespace
 }  // namespace megafold::ops
 
-TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) { m.impl("residual_update", &megafold::ops::residual_update_cuda); }
-TORCH_LIBRARY_IMPL(megafold, CUDA, m) { m.impl("residual_update", &megafold::ops::residual_update_cuda); }
+TORCH_LIBRARY_IMPL(megafold, AutogradCUDA, m) {
+  m.impl("residual_update", &megafold::ops::residual_update_cuda);
+  m.impl("residual_update_forked", &megafold::ops::residual_update_forked_cuda);
+}
+TORCH_LIBRARY_IMPL(megafold, CUDA, m) {
+  m.impl("residual_update", &megafold::ops::residual_update_cuda);
+  m.impl("residual_update_forked", &megafold::ops::residual_update_forked_cuda);
+}

@@ -85,5 +85,29 @@ TEST_F(ResidualUpdateCuda, OtherWidthsAndDtypes) {
   }
 }
 
+// The forked form's backward adds its two handles' gradients in its pass: every output and
+// gradient bitwise the plain op's when autograd sums them (the same fp32 or 16-bit rounding of
+// the sum), for fp32 z with a gated bf16 update and a row-shared scale, 16-bit z, and the
+// scalar path.
+TEST_F(ResidualUpdateCuda, ForkedFormSumsBothHandlesGradientsBitwise) {
+  struct Forked {
+    int64_t N, c;
+    at::ScalarType z_dtype, u_dtype;
+  };
+  for (const Forked& f : {Forked{37, 128, at::kFloat, at::kBFloat16}, Forked{37, 128, at::kBFloat16, at::kBFloat16},
+                          Forked{19, 7, at::kFloat, at::kHalf}}) {
+    SCOPED_TRACE("N=" + std::to_string(f.N) + " c=" + std::to_string(f.c) + " z " + c10::toString(f.z_dtype));
+    const auto o = at::TensorOptions().device(at::kCUDA);
+    const std::vector<int64_t> shape = {1, f.N, f.N, f.c};
+    const at::Tensor keep = at::bernoulli(at::full({1, 1, f.N, f.c}, 0.75, o.dtype(at::kFloat))) / 0.75;
+    const std::vector<at::Tensor> in = {at::randn(shape, o.dtype(f.z_dtype)) * 3, at::randn(shape, o.dtype(f.u_dtype)),
+                                        at::rand(shape, o.dtype(f.u_dtype))};
+    expect_forked_sums_gradients(
+        [&](const std::vector<at::Tensor>& x) { return residual_update(x[0], x[1], x[2], keep); },
+        [&](const std::vector<at::Tensor>& x) { return residual_update_forked(x[0], x[1], x[2], keep); }, in,
+        at::randn(shape, o.dtype(f.z_dtype)), at::randn(shape, o.dtype(f.z_dtype)));
+  }
+}
+
 }  // namespace
 }  // namespace megafold::ops

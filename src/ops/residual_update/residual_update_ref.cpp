@@ -41,4 +41,12 @@ at::Tensor residual_update_ref(const at::Tensor& z, const at::Tensor& update, co
   return (z.to(t) + u).to(z.scalar_type());
 }
 
+std::tuple<at::Tensor, at::Tensor> residual_update_forked_ref(const at::Tensor& z, const at::Tensor& update,
+                                                              const std::optional<at::Tensor>& gate,
+                                                              const std::optional<at::Tensor>& scale) {
+  // A view of the result: autograd sums the two handles' gradients, as it would for one tensor.
+  const at::Tensor out = residual_update_ref(z, update, gate, scale);
+  return {out, out.view_as(out)};
+}
+
 }  // namespace megafold::ops

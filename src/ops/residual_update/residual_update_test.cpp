@@ -44,6 +44,22 @@ TEST(ResidualUpdate, GradientsMatchFiniteDifferences) {
       [&](const std::vector<at::Tensor>& x) { return residual_update(x[0], x[1], x[2], keep); }, in);
 }
 
+// The forked form (the result twice, for a stream read by two ops): the same result, and z's
+// gradient the sum of the two handles' as autograd would form it.
+TEST(ResidualUpdate, ForkedFormSumsBothHandlesGradients) {
+  fresh_seed();
+  for (const at::ScalarType t : {at::kFloat, at::kDouble}) {
+    const auto o = at::TensorOptions().dtype(t);
+    const at::Tensor keep = at::bernoulli(at::full({2, 1, 3, 4}, 0.75, o)) / 0.75;
+    const std::vector<at::Tensor> in = {at::randn({2, 3, 3, 4}, o), at::randn({2, 3, 3, 4}, o),
+                                        at::rand({2, 3, 3, 4}, o)};
+    expect_forked_sums_gradients(
+        [&](const std::vector<at::Tensor>& x) { return residual_update(x[0], x[1], x[2], keep); },
+        [&](const std::vector<at::Tensor>& x) { return residual_update_forked(x[0], x[1], x[2], keep); }, in,
+        at::randn({2, 3, 3, 4}, o), at::randn({2, 3, 3, 4}, o));
+  }
+}
+
 TEST(ResidualUpdate, BadArgumentsAreNamed) {
   const at::Tensor z = at::randn({2, 3, 3, 4});
   auto message = [](const std::function<void()>& f) {
