@@ -57,6 +57,11 @@ at::Tensor TransitionImpl::residual_step(const at::Tensor& x) {
   return ops::residual_update(x_through, update, std::nullopt, std::nullopt);
 }
 
+std::tuple<at::Tensor, at::Tensor> TransitionImpl::residual_step_forked(const at::Tensor& x) {
+  const auto [update, x_through] = ops::swiglu_transition_passthrough(x, ln_w_, ln_b_, w_in_, w_out_);
+  return ops::residual_update_forked(x_through, update, std::nullopt, std::nullopt);
+}
+
 TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c, bool outgoing)
     : outgoing_(outgoing) {
   ln_in_w_ = register_parameter("ln_in_weight", ones(c_z));

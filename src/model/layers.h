@@ -26,6 +26,8 @@ class TransitionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);  // [..., c] -> [..., c]
   // The residual step x + forward(x), x's two gradients summed inside the transition's backward.
   at::Tensor residual_step(const at::Tensor& x);
+  // Its result twice (ops::residual_update_forked), for a stream with two readers.
+  std::tuple<at::Tensor, at::Tensor> residual_step_forked(const at::Tensor& x);
  private:
   at::Tensor ln_w_, ln_b_, w_in_, w_out_;
 };

@@ -23,6 +23,15 @@ PairStackImpl::PairStackImpl(const ModelConfig& cfg) : dropout_(cfg.dropout), pl
 }
 
 at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed) {
+  return transition_step(triangle_steps(z_in, pair_mask, dropout_seed));
+}
+
+std::tuple<at::Tensor, at::Tensor> PairStackImpl::forward_forked(const at::Tensor& z_in, const at::Tensor& pair_mask,
+                                                                 uint64_t dropout_seed) {
+  return transition_step_forked(triangle_steps(z_in, pair_mask, dropout_seed));
+}
+
+at::Tensor PairStackImpl::triangle_steps(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed) {
   const bool train = is_training();
   auto drop = [&](const at::Tensor& z, DropoutAxis axis, uint64_t site) {
     return dropout_scale(z, dropout_, axis, train, mix_seed(dropout_seed, site));
@@ -35,8 +44,7 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
     z = tri_mul_out_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0), rows);
     z = tri_mul_in_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1), rows);
     z = tri_attn_start_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 2), rows);
-    z = tri_attn_end_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kColumnwise, 3), rows);
-    return transition_step(z);
+    return tri_attn_end_->forward_chunked(z, pair_mask, drop(z, DropoutAxis::kColumnwise, 3), rows);
   }
   z = tri_mul_out_->forward(z, pair_mask, drop(z, DropoutAxis::kRowwise, 0));
   // Each triangle attention reads z twice (its projection and its residual step): the step
@@ -44,9 +52,8 @@ at::Tensor PairStackImpl::forward(const at::Tensor& z_in, const at::Tensor& pair
   auto [z_op, z_res] = tri_mul_in_->forward_forked(z, pair_mask, drop(z, DropoutAxis::kRowwise, 1));
   std::tie(z_op, z_res) = ops::residual_update_forked(z_res, tri_attn_start_->forward(z_op, pair_mask), std::nullopt,
                                                       drop(z_op, DropoutAxis::kRowwise, 2));
-  z = ops::residual_update(z_res, tri_attn_end_->forward(z_op, pair_mask), std::nullopt,
-                           drop(z_op, DropoutAxis::kColumnwise, 3));
-  return transition_step(z);
+  return ops::residual_update(z_res, tri_attn_end_->forward(z_op, pair_mask), std::nullopt,
+                              drop(z_op, DropoutAxis::kColumnwise, 3));
 }
 
 at::Tensor PairStackImpl::transition_step(const at::Tensor& z) {
@@ -54,12 +61,21 @@ at::Tensor PairStackImpl::transition_step(const at::Tensor& z) {
   // The residual add as one pass each way (its backward hands the transition its gradient in
   // the transition's dtype directly, and z's two gradients meet in the transition's backward).
   if (rows >= n) return transition_->residual_step(z);
-  // The transition keeps only its input for backward, so row chunks bound its 4c-wide
-  // transients (its backward recomputes the hidden layer) without recomputing anything.
+  return ops::residual_update(z, chunked_transition(z, rows), std::nullopt, std::nullopt);
+}
+
+std::tuple<at::Tensor, at::Tensor> PairStackImpl::transition_step_forked(const at::Tensor& z) {
+  const int64_t n = z.size(1), rows = plan_.chunk_rows(n);
+  if (rows >= n) return transition_->residual_step_forked(z);
+  return ops::residual_update_forked(z, chunked_transition(z, rows), std::nullopt, std::nullopt);
+}
+
+at::Tensor PairStackImpl::chunked_transition(const at::Tensor& z, int64_t rows) {
+  const int64_t n = z.size(1);
   std::vector<at::Tensor> updates;
   for (int64_t start = 0; start < n; start += rows)
     updates.push_back(transition_->forward(z.narrow(1, start, std::min(rows, n - start))));
-  return ops::residual_update(z, at::cat(updates, 1), std::nullopt, std::nullopt);
+  return at::cat(updates, 1);
 }
 
 at::Tensor PairStackImpl::forward_rows(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed,
@@ -98,11 +114,15 @@ PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const dist::PairShard* pair_rows) {
   // AF3 SI Alg. 17, from a bf16 block boundary in the single track's (the model's) precision.
   const at::Tensor z_in = in.z.scalar_type() == at::kBFloat16 ? in.z.to(in.s.scalar_type()) : in.z;
-  const at::Tensor z = pair_rows ? pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows)
-                                 : pair_->forward(z_in, pair_mask, dropout_seed);
+  // Unsharded, the pair stack's result comes twice (the single attention's pair bias reads one,
+  // the block's output is the other): their gradients meet in its last residual step's pass.
+  at::Tensor z, z_bias;
+  if (pair_rows) z = z_bias = pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows);
+  else std::tie(z_bias, z) = pair_->forward_forked(z_in, pair_mask, dropout_seed);
   at::Tensor s = in.s;
-  s = s + (pair_rows != nullptr && pair_rows->sharded() ? single_attention_->forward_rows(s, z, token_mask, *pair_rows)
-                                                        : single_attention_->forward(s, z, token_mask));
+  s = s + (pair_rows != nullptr && pair_rows->sharded()
+               ? single_attention_->forward_rows(s, z_bias, token_mask, *pair_rows)
+               : single_attention_->forward(s, z_bias, token_mask));
   s = s + single_transition_->forward(s);
   return {s, z};
 }

@@ -28,6 +28,10 @@ class PairStackImpl : public torch::nn::Module {
  public:
   explicit PairStackImpl(const ModelConfig& cfg);
   at::Tensor forward(const at::Tensor& z, const at::Tensor& pair_mask, uint64_t dropout_seed);  // [B,N,N,c_z]
+  // The same result twice (ops::residual_update_forked), for a caller that reads it twice (the
+  // Pairformer block: the single attention's pair bias, and the block's output).
+  std::tuple<at::Tensor, at::Tensor> forward_forked(const at::Tensor& z, const at::Tensor& pair_mask,
+                                                    uint64_t dropout_seed);
   // The same update on this rank's rows of z ([B, n, N, c_z], pair_mask the full [B, N, N]),
   // equal to the unsharded one's rows: row-local ops on the rows, the column-wise ones on the
   // rows of z^T (dist/shard.h). With an unsharded PairShard it runs the same code on all rows.
@@ -35,8 +39,14 @@ class PairStackImpl : public torch::nn::Module {
                           const dist::PairShard& shard);
 
  private:
-  // z + transition(z), on row chunks when the plan chunks.
+  // The steps before the transition (forward's, up to its input).
+  at::Tensor triangle_steps(const at::Tensor& z, const at::Tensor& pair_mask, uint64_t dropout_seed);
+  // z + transition(z), on row chunks when the plan chunks; forked, the result twice.
   at::Tensor transition_step(const at::Tensor& z);
+  std::tuple<at::Tensor, at::Tensor> transition_step_forked(const at::Tensor& z);
+  // The transition's update on row chunks (it keeps only its input, so the chunks bound its
+  // 4c-wide transients without recomputing anything).
+  at::Tensor chunked_transition(const at::Tensor& z, int64_t rows);
   double dropout_;
   MemoryPlan plan_;
   TriangleMultiplication tri_mul_out_{nullptr}, tri_mul_in_{nullptr};
