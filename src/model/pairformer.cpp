@@ -114,11 +114,12 @@ PairformerState PairformerBlockImpl::forward(const PairformerState& in,
                                              const dist::PairShard* pair_rows) {
   // AF3 SI Alg. 17, from a bf16 block boundary in the single track's (the model's) precision.
   const at::Tensor z_in = in.z.scalar_type() == at::kBFloat16 ? in.z.to(in.s.scalar_type()) : in.z;
-  // Unsharded, the pair stack's result comes twice (the single attention's pair bias reads one,
-  // the block's output is the other): their gradients meet in its last residual step's pass.
+  // Unsharded, the pair stack's result comes twice (the block's output, and a view of it that
+  // the single attention's pair bias reads): their gradients meet in its last residual step's
+  // pass. The output is the base tensor, free to be modified in place downstream.
   at::Tensor z, z_bias;
   if (pair_rows) z = z_bias = pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows);
-  else std::tie(z_bias, z) = pair_->forward_forked(z_in, pair_mask, dropout_seed);
+  else std::tie(z, z_bias) = pair_->forward_forked(z_in, pair_mask, dropout_seed);
   at::Tensor s = in.s;
   s = s + (pair_rows != nullptr && pair_rows->sharded()
                ? single_attention_->forward_rows(s, z_bias, token_mask, *pair_rows)
