@@ -103,7 +103,8 @@ int block_main(const std::vector<std::string>& argv) {
   const model::ModelConfig cfg;  // AF3 trunk widths
   model::PairformerBlock block(cfg);
   block->to(device);
-  // Training mode; dropout is its only effect on the block, so eval mode is the step without it.
+  // Training mode; under the default memory plan (no recomputation) dropout is its only effect
+  // on the block, so eval mode is the step without it.
   if (dropout == "on") block->train();
   else block->eval();
   const auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
@@ -150,7 +151,7 @@ int block_main(const std::vector<std::string>& argv) {
     const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
     auto step = [&](int64_t k) {
       const AutocastScope autocast(device.type(), true, at::kBFloat16);
-      const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, k, nullptr);
+      const model::PairformerState out = block->forward({s0, z0}, token_mask, pair_mask, k, rows ? &shard : nullptr);
       torch::autograd::backward({out.s, out.z}, {ds, dz});
     };
     {

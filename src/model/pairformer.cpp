@@ -116,7 +116,8 @@ PairformerState PairformerBlockImpl::forward(const PairformerState& in,
   const at::Tensor z_in = in.z.scalar_type() == at::kBFloat16 ? in.z.to(in.s.scalar_type()) : in.z;
   // Unsharded, the pair stack's result comes twice (the block's output, and a view of it that
   // the single attention's pair bias reads): their gradients meet in its last residual step's
-  // pass. The output is the base tensor, free to be modified in place downstream.
+  // pass. The output is the base tensor (a custom Function's view may never be modified in
+  // place; the base may, as far as the pair bias's saved input allows).
   at::Tensor z, z_bias;
   if (pair_rows) z = z_bias = pair_->forward_rows(z_in, pair_mask, dropout_seed, *pair_rows);
   else std::tie(z, z_bias) = pair_->forward_forked(z_in, pair_mask, dropout_seed);

@@ -29,7 +29,8 @@ at::Tensor residual_update(const at::Tensor& z, const at::Tensor& update, const 
 // residual step): the result twice, the second a view of the first. Their gradients reach this
 // op's backward apart, and on CUDA its one pass adds them (and writes the sum, z's gradient)
 // where autograd would have summed them in a pass of its own. torch.ops.megafold.
-// residual_update_forked.
+// residual_update_forked (its schema cannot say that the second result aliases the first: for
+// eager use, not for functionalizing tracers).
 std::tuple<at::Tensor, at::Tensor> residual_update_forked(const at::Tensor& z, const at::Tensor& update,
                                                           const std::optional<at::Tensor>& gate,
                                                           const std::optional<at::Tensor>& scale);

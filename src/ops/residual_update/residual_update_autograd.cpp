@@ -45,6 +45,9 @@ struct ResidualUpdateFunction : public torch::autograd::Function<ResidualUpdateF
   static variable_list forward(AutogradContext* ctx, const at::Tensor& z_in, const at::Tensor& update_in,
                                const at::Tensor& gate_in, const at::Tensor& scale_in, bool forked) {
     const c10::cuda::CUDAGuard guard(z_in.device());
+    // A handle without a gradient (the forked step's, e.g. in a recomputed block whose single
+    // track takes none) comes undefined rather than as a pair-sized tensor of zeros to add.
+    ctx->set_materialize_grads(false);
     const at::Tensor z = aligned_rows(z_in), update = aligned_rows(update_in);
     const at::Tensor gate = gate_in.numel() > 0 ? aligned_rows(gate_in) : at::Tensor();
     const at::Tensor scale = scale_in.numel() > 0 ? scale_in.to(at::kFloat) : at::Tensor();

@@ -102,6 +102,9 @@ struct ProjectionFunction : public torch::autograd::Function<ProjectionFunction>
                                const at::Tensor& ln_b, const at::Tensor& w, const at::Tensor& mask_or_empty,
                                int64_t c, bool passthrough) {
     const c10::cuda::CUDAGuard guard(z.device());
+    // Outputs without a gradient come undefined: the backward then reads zeros only for a or b
+    // and adds nothing for the passthrough.
+    ctx->set_materialize_grads(false);
     const at::Tensor mask = mask_or_empty.numel() > 0 ? mask_or_empty.to(at::kFloat).contiguous() : at::Tensor();
     at::Tensor a, b, gate;
     const LayerNormLinearContext l = layernorm_linear_trimul_forward(z, ln_w, ln_b, w, mask, c, a, b, gate);
