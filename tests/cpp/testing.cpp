@@ -78,16 +78,20 @@ void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& na
       << what << ": largest error " << max << " vs naive low-precision largest error " << max_naive;
 }
 
+namespace {
+// Copies of `in` as new leaves that require grad (two runs of an op that must not share graphs).
+std::vector<at::Tensor> fresh_leaves(const std::vector<at::Tensor>& in) {
+  std::vector<at::Tensor> x;
+  for (const at::Tensor& t : in) x.push_back(t.detach().clone().requires_grad_(true));
+  return x;
+}
+}  // namespace
+
 void expect_passthrough_adds_residual_gradient(
     const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
     const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& passthrough,
     const std::vector<at::Tensor>& in, const at::Tensor& dy, const at::Tensor& g) {
-  auto leaves = [&] {
-    std::vector<at::Tensor> x;
-    for (const at::Tensor& t : in) x.push_back(t.detach().clone().requires_grad_(true));
-    return x;
-  };
-  const std::vector<at::Tensor> a = leaves(), b = leaves();
+  const std::vector<at::Tensor> a = fresh_leaves(in), b = fresh_leaves(in);
   const at::Tensor y_plain = plain(a);
   y_plain.backward(dy.to(y_plain.scalar_type()));
   const auto [y, through] = passthrough(b);
@@ -114,12 +118,7 @@ void expect_forked_sums_gradients(
     const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
     const std::function<std::tuple<at::Tensor, at::Tensor>(const std::vector<at::Tensor>&)>& forked,
     const std::vector<at::Tensor>& in, const at::Tensor& g1, const at::Tensor& g2) {
-  auto leaves = [&] {
-    std::vector<at::Tensor> x;
-    for (const at::Tensor& t : in) x.push_back(t.detach().clone().requires_grad_(true));
-    return x;
-  };
-  const std::vector<at::Tensor> a = leaves(), b = leaves();
+  const std::vector<at::Tensor> a = fresh_leaves(in), b = fresh_leaves(in);
   const at::Tensor y = plain(a);
   torch::autograd::backward({y, y}, {g1.to(y.scalar_type()), g2.to(y.scalar_type())});
   const auto [y1, y2] = forked(b);
