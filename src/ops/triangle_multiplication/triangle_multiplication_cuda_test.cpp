@@ -143,8 +143,8 @@ TEST_F(TriangleMultiplicationCuda, ProjectionEpilogueAndFusedBackwardEqualTheTwo
     // a, b, gate, dz, d ln_w, d ln_b, dw; the reference path in `type` (float64: the inputs
     // and gradients widened).
     auto run = [&](Path path, at::ScalarType type) {
-      std::vector<at::Tensor> x = {z.to(type).requires_grad_(true), ln_w.to(type).requires_grad_(true),
-                                   ln_b.to(type).requires_grad_(true), w.to(type).requires_grad_(true)};
+      std::vector<at::Tensor> x;  // fresh leaves: .to() of the same type is the tensor itself
+      for (const at::Tensor& t : {z, ln_w, ln_b, w}) x.push_back(t.to(type).detach().requires_grad_(true));
       set_reference_only(path == Path::kReference);
       TriangleMultiplicationOperands r;
       {
