@@ -4,6 +4,8 @@
 // its ATen reference instead of the CUDA kernels: the before/after of a kernel. With several
 // ranks (--nproc P, or a launcher's) the pair rows are sharded over them as under
 // `train --pair-shards P` (one GPU per rank, NCCL); a step's time is the slowest rank's.
+// Steps are timed on the device's timeline (CUDA events on a GPU, as bench/pairformer_block.py
+// times its baselines): nothing waits between forward and backward.
 // --graph times the step as one CUDA graph replay: what the GPU needs without the host's
 // dispatch and launch time, against the same step launched op by op (run that with
 // --dropout off: the dropout masks come from host-seeded generators, which a graph cannot
@@ -17,7 +19,6 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -121,24 +122,25 @@ int block_main(const std::vector<std::string>& argv) {
   std::vector<double> fwd_ms, total_ms;
   megafold::reset_peak_memory(device);
   const int64_t eager_steps = graph ? warmup : warmup + steps;
+  // Marks on the device's timeline (the baselines in bench/pairformer_block.py time theirs the
+  // same way): nothing waits between forward and backward, as in training.
+  megafold::DeviceClock clock(device, 3);
   for (int64_t step = 0; step < eager_steps; ++step) {
     megafold::synchronize(device);
     if (group) group->barrier();  // the ranks start each step together
-    const auto t0 = std::chrono::steady_clock::now();
-    std::chrono::steady_clock::time_point t1;
+    clock.mark(0);
     {
       const AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
       const model::PairformerState out =
           block->forward({s0, z0}, token_mask, pair_mask, step, rows ? &shard : nullptr);
-      megafold::synchronize(device);
-      t1 = std::chrono::steady_clock::now();
+      clock.mark(1);
       torch::autograd::backward({out.s, out.z}, {ds, dz});
     }
+    clock.mark(2);
     megafold::synchronize(device);
-    const auto t2 = std::chrono::steady_clock::now();
     if (step >= warmup) {
-      fwd_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      total_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+      fwd_ms.push_back(clock.elapsed_ms(0, 1));
+      total_ms.push_back(clock.elapsed_ms(0, 2));
     }
     s0.mutable_grad().reset();
     z0.mutable_grad().reset();
@@ -171,11 +173,11 @@ int block_main(const std::vector<std::string>& argv) {
     }
     for (int64_t k = 0; k < steps + 1; ++k) {
       megafold::synchronize(device);
-      const auto t0 = std::chrono::steady_clock::now();
+      clock.mark(0);
       captured.replay();
+      clock.mark(2);
       megafold::synchronize(device);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (k > 0) total_ms.push_back(ms);  // the first replay uploads the graph
+      if (k > 0) total_ms.push_back(clock.elapsed_ms(0, 2));  // the first replay uploads the graph
     }
   }
 #endif

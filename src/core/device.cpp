@@ -10,6 +10,7 @@
 #ifdef MEGAFOLD_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -58,6 +59,60 @@ void synchronize(const c10::Device& device) {
 #ifdef MEGAFOLD_CUDA
   if (device.is_cuda()) c10::cuda::device_synchronize();
 #endif
+}
+
+struct DeviceClock::Events {
+#ifdef MEGAFOLD_CUDA
+  std::vector<cudaEvent_t> marks;
+#endif
+};
+
+DeviceClock::DeviceClock(const c10::Device& device, int marks) : host_(static_cast<size_t>(marks)) {
+#ifdef MEGAFOLD_CUDA
+  if (!device.is_cuda()) return;
+  events_ = std::make_unique<Events>();
+  for (int i = 0; i < marks; ++i) {
+    cudaEvent_t e = nullptr;
+    MF_CHECK(cudaEventCreate(&e) == cudaSuccess, "DeviceClock: cudaEventCreate failed");
+    events_->marks.push_back(e);
+  }
+#else
+  (void)device;
+#endif
+}
+
+DeviceClock::~DeviceClock() {
+#ifdef MEGAFOLD_CUDA
+  if (events_)
+    for (cudaEvent_t e : events_->marks) cudaEventDestroy(e);
+#endif
+}
+
+void DeviceClock::mark(int i) {
+#ifdef MEGAFOLD_CUDA
+  if (events_) {
+    MF_CHECK(cudaEventRecord(events_->marks.at(static_cast<size_t>(i)), c10::cuda::getCurrentCUDAStream()) ==
+                 cudaSuccess,
+             "DeviceClock: cudaEventRecord failed");
+    return;
+  }
+#endif
+  host_.at(static_cast<size_t>(i)) = std::chrono::steady_clock::now();
+}
+
+double DeviceClock::elapsed_ms(int from, int to) const {
+#ifdef MEGAFOLD_CUDA
+  if (events_) {
+    float ms = 0.f;
+    MF_CHECK(cudaEventElapsedTime(&ms, events_->marks.at(static_cast<size_t>(from)),
+                                  events_->marks.at(static_cast<size_t>(to))) == cudaSuccess,
+             "DeviceClock: cudaEventElapsedTime failed (marks not recorded, or the device not synchronised)");
+    return ms;
+  }
+#endif
+  return std::chrono::duration<double, std::milli>(host_.at(static_cast<size_t>(to)) -
+                                                   host_.at(static_cast<size_t>(from)))
+      .count();
 }
 
 void reset_peak_memory(const c10::Device& device) {
