@@ -54,7 +54,8 @@ inline void* current_stream(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
 
-// t contiguous and 16-byte aligned for the kernels' vector loads: a copy only for unusual views.
+// t contiguous and 16-byte aligned for the kernels' vector loads: a copy only for unusual views
+// (a parameter sliced from a flat buffer, say; a misaligned vector load would fault).
 inline at::Tensor aligned_rows(const at::Tensor& t) {
   at::Tensor r = t.contiguous();
   return reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0 ? r : r.clone();

@@ -162,6 +162,11 @@ void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
 
 at::Tensor grad_or_zeros(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
 
+at::Tensor misaligned(const at::Tensor& t) {
+  const at::Tensor flat = at::empty({t.numel() + 1}, t.options()).narrow(0, 1, t.numel());
+  return flat.view(t.sizes()).copy_(t);
+}
+
 std::string gunzip(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
   EXPECT_NE(f, nullptr) << path;

@@ -91,6 +91,10 @@ void copy_state(torch::nn::Module& from, torch::nn::Module& to);
 // p's gradient, or zeros where backward gave it none.
 at::Tensor grad_or_zeros(const at::Tensor& p);
 
+// t's values in a contiguous view whose data starts one element past the start of a larger
+// buffer (4 bytes for fp32): not 16-byte aligned, as a parameter sliced from a flat buffer.
+at::Tensor misaligned(const at::Tensor& t);
+
 // The bytes of a file, gunzipped when compressed (zlib passes plain files through).
 std::string gunzip(const std::string& path);
 

@@ -74,8 +74,8 @@ LayerNormLinearContext kernel_context(const at::Tensor& x, const at::Tensor& ln_
   const int64_t M = x.numel() / cuda::kLayerNormLinearCin;
   const auto f32 = x.options().dtype(at::kFloat);
   return {kernel_rows(x, x.scalar_type() == at::kFloat ? at::kFloat : type),
-          ln_w.to(at::kFloat).contiguous(),
-          ln_b.to(at::kFloat).contiguous(),
+          aligned_rows(ln_w.to(at::kFloat)),  // read as float4 / float2
+          aligned_rows(ln_b.to(at::kFloat)),
           kernel_rows(w, type),
           at::empty({M}, f32),
           at::empty({M}, f32),
@@ -91,7 +91,7 @@ struct LayerNormLinearFunction : public torch::autograd::Function<LayerNormLinea
                                int64_t product) {
     const c10::cuda::CUDAGuard guard(x.device());
     const auto type = static_cast<at::ScalarType>(product);
-    const at::Tensor bias = bias_or_empty.numel() > 0 ? bias_or_empty.to(at::kFloat).contiguous() : at::Tensor();
+    const at::Tensor bias = bias_or_empty.numel() > 0 ? aligned_rows(bias_or_empty.to(at::kFloat)) : at::Tensor();
     const LayerNormLinearContext c = kernel_context(x, ln_weight, ln_bias, weight, type);
     std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
     out_shape.back() = weight.size(0);

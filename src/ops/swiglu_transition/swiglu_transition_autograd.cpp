@@ -74,8 +74,8 @@ struct KernelInputs {
   KernelInputs(const at::Tensor& x_in, const at::Tensor& ln_weight, const at::Tensor& ln_bias, const at::Tensor& w_in_in,
                const at::Tensor& w_out_in, at::ScalarType type)
       : x(aligned_rows(x_in.scalar_type() == at::kFloat ? x_in : x_in.to(type))),
-        ln_w(ln_weight.to(at::kFloat).contiguous()),
-        ln_b(ln_bias.to(at::kFloat).contiguous()),
+        ln_w(aligned_rows(ln_weight.to(at::kFloat))),
+        ln_b(aligned_rows(ln_bias.to(at::kFloat))),
         w_in(aligned_rows(w_in_in.to(type))),
         w_out(aligned_rows(w_out_in.to(type))) {}
 
