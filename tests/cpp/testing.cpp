@@ -11,6 +11,8 @@
 #include <chrono>
 #include <fstream>
 
+#include "ops/reference_mode.h"
+
 namespace megafold::testing {
 
 uint64_t fresh_seed() {
@@ -165,6 +167,27 @@ at::Tensor grad_or_zeros(const at::Tensor& p) { return p.grad().defined() ? p.gr
 at::Tensor misaligned(const at::Tensor& t) {
   const at::Tensor flat = at::empty({t.numel() + 1}, t.options()).narrow(0, 1, t.numel());
   return flat.view(t.sizes()).copy_(t);
+}
+
+void expect_misaligned_inputs_change_nothing(
+    const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& run,
+    const std::vector<at::Tensor>& in, const std::vector<size_t>& shifted) {
+  std::vector<at::Tensor> moved = in;
+  for (size_t i : shifted) {
+    moved[i] = misaligned(in[i]);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(moved[i].data_ptr()) % 16, 0u) << "input " << i;
+  }
+  struct Portable {  // restored however the run ends
+    explicit Portable(bool on) { ops::set_portable_kernels_only(on); }
+    ~Portable() { ops::set_portable_kernels_only(false); }
+  };
+  for (bool portable : {false, true}) {
+    SCOPED_TRACE(portable ? "portable kernels" : "default kernels");
+    const Portable scope(portable);
+    const std::vector<at::Tensor> want = run(in), got = run(moved);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "result " << i;
+  }
 }
 
 std::string gunzip(const std::string& path) {

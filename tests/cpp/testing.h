@@ -95,6 +95,12 @@ at::Tensor grad_or_zeros(const at::Tensor& p);
 // buffer (4 bytes for fp32): not 16-byte aligned, as a parameter sliced from a flat buffer.
 at::Tensor misaligned(const at::Tensor& t);
 
+// run(in) with each of the inputs numbered in `shifted` replaced by misaligned(input) gives
+// bitwise the results of run(in), on the default kernels and on the portable (sm_80) ones.
+void expect_misaligned_inputs_change_nothing(
+    const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& run,
+    const std::vector<at::Tensor>& in, const std::vector<size_t>& shifted);
+
 // The bytes of a file, gunzipped when compressed (zlib passes plain files through).
 std::string gunzip(const std::string& path);
 
