@@ -80,14 +80,14 @@ void expect_within_derived_tolerance(const at::Tensor& out, const at::Tensor& na
       << what << ": largest error " << max << " vs naive low-precision largest error " << max_naive;
 }
 
-namespace {
-// Copies of `in` as new leaves that require grad (two runs of an op that must not share graphs).
 std::vector<at::Tensor> fresh_leaves(const std::vector<at::Tensor>& in) {
   std::vector<at::Tensor> x;
   for (const at::Tensor& t : in) x.push_back(t.detach().clone().requires_grad_(true));
   return x;
 }
-}  // namespace
+
+PortableKernelsScope::PortableKernelsScope(bool on) { ops::set_portable_kernels_only(on); }
+PortableKernelsScope::~PortableKernelsScope() { ops::set_portable_kernels_only(false); }
 
 void expect_passthrough_adds_residual_gradient(
     const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain,
@@ -177,13 +177,9 @@ void expect_misaligned_inputs_change_nothing(
     moved[i] = misaligned(in[i]);
     ASSERT_NE(reinterpret_cast<uintptr_t>(moved[i].data_ptr()) % 16, 0u) << "input " << i;
   }
-  struct Portable {  // restored however the run ends
-    explicit Portable(bool on) { ops::set_portable_kernels_only(on); }
-    ~Portable() { ops::set_portable_kernels_only(false); }
-  };
   for (bool portable : {false, true}) {
     SCOPED_TRACE(portable ? "portable kernels" : "default kernels");
-    const Portable scope(portable);
+    const PortableKernelsScope scope(portable);
     const std::vector<at::Tensor> want = run(in), got = run(moved);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "result " << i;

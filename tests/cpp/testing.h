@@ -91,6 +91,19 @@ void copy_state(torch::nn::Module& from, torch::nn::Module& to);
 // p's gradient, or zeros where backward gave it none.
 at::Tensor grad_or_zeros(const at::Tensor& p);
 
+// Copies of `in` as new leaves that require grad (two runs of an op that must not share graphs).
+std::vector<at::Tensor> fresh_leaves(const std::vector<at::Tensor>& in);
+
+// While alive, ops keep to their portable (sm_80) kernels (ops::set_portable_kernels_only);
+// switched back off however the scope ends.
+class PortableKernelsScope {
+ public:
+  explicit PortableKernelsScope(bool on = true);
+  ~PortableKernelsScope();
+  PortableKernelsScope(const PortableKernelsScope&) = delete;
+  PortableKernelsScope& operator=(const PortableKernelsScope&) = delete;
+};
+
 // t's values in a contiguous view whose data starts one element past the start of a larger
 // buffer (4 bytes for fp32): not 16-byte aligned, as a parameter sliced from a flat buffer.
 at::Tensor misaligned(const at::Tensor& t);

@@ -8,7 +8,6 @@
 
 #include "core/autocast.h"
 #include "ops/layernorm_linear/layernorm_linear.h"
-#include "ops/reference_mode.h"
 #include "testing.h"
 
 namespace megafold::ops {
@@ -94,10 +93,7 @@ TEST_F(LayerNormLinearCuda, ManyRowsAndChunks) {
 // The portable (mma.sync, sm_80+) kernels on a GPU that has its own (an H100/H200 runs the
 // sm_90a ones): what A100/L40S/RTX users run, tested on whatever GPU runs the suite.
 TEST_F(LayerNormLinearCuda, PortableKernelsOnAnyGpu) {
-  struct Portable {
-    Portable() { set_portable_kernels_only(true); }
-    ~Portable() { set_portable_kernels_only(false); }
-  } portable;
+  const PortableKernelsScope portable;
   check_case({131, 640, false, at::kFloat});
   check_case({37, 516, true, at::kBFloat16});
   check_case({23, 1030, true, at::kHalf});

@@ -108,11 +108,7 @@ TEST_F(ResidualUpdateCuda, ForkedFormSumsBothHandlesGradientsBitwise) {
         at::randn(shape, o.dtype(f.z_dtype)), at::randn(shape, o.dtype(f.z_dtype)));
     // A handle without a gradient (it comes undefined, not as zeros to add): the other's alone.
     for (const int used : {0, 1}) {
-      std::vector<at::Tensor> a, b;
-      for (const at::Tensor& t : in) {
-        a.push_back(t.clone().requires_grad_(true));
-        b.push_back(t.clone().requires_grad_(true));
-      }
+      const std::vector<at::Tensor> a = fresh_leaves(in), b = fresh_leaves(in);
       const at::Tensor g = at::randn(shape, o.dtype(f.z_dtype));
       residual_update(a[0], a[1], a[2], keep).backward(g);
       const auto [y1, y2] = residual_update_forked(b[0], b[1], b[2], keep);

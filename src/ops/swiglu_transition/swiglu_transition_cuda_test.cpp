@@ -93,10 +93,7 @@ TEST_F(SwigluTransitionCuda, MisalignedLayerNormParametersGiveTheSameResult) {
 }
 
 TEST_F(SwigluTransitionCuda, PortableKernels) {
-  struct Portable {
-    Portable() { set_portable_kernels_only(true); }
-    ~Portable() { set_portable_kernels_only(false); }
-  } portable;
+  const PortableKernelsScope portable;
   check_case({131 * 131, 128, 512, at::kFloat});
   check_case({37 * 37, 128, 192, at::kBFloat16});
 }
@@ -115,7 +112,7 @@ TEST_F(SwigluTransitionCuda, SixteenBitInputsAndUnfusedWidths) {
 // roundings of the two ways of forming the sum; both kernel sets.
 TEST_F(SwigluTransitionCuda, PassthroughAddsTheResidualGradient) {
   for (const bool portable : {false, true}) {
-    set_portable_kernels_only(portable);
+    const PortableKernelsScope scope(portable);
     for (const at::ScalarType t : {at::kFloat, at::kBFloat16}) {
       SCOPED_TRACE(std::string(portable ? "portable kernels " : "") + c10::toString(t));
       const bool autocast = t == at::kFloat;
@@ -136,7 +133,6 @@ TEST_F(SwigluTransitionCuda, PassthroughAddsTheResidualGradient) {
                                                 at::randn({rows, c}, o) * 3);
     }
   }
-  set_portable_kernels_only(false);
 }
 
 // The fused forward allocates its output (and 16-bit weight copies) only; the unfused

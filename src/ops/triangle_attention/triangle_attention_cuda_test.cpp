@@ -111,10 +111,7 @@ TEST_F(TriangleAttentionCuda, AllDtypesAndHeadDims) {
 // run, tested on whatever GPU runs the suite. Each decision is made per call, forward and
 // backward alike, so the switch holds for whole fwd+bwd runs.
 TEST_F(TriangleAttentionCuda, PortableKernelsOnAnyGpu) {
-  struct Portable {
-    Portable() { set_portable_kernels_only(true); }
-    ~Portable() { set_portable_kernels_only(false); }
-  } portable;
+  const PortableKernelsScope portable;
   for (int64_t N : {17, 131}) check_case({at::kBFloat16, N, 9, 4, 32});
   check_case({at::kHalf, 37, 9, 2, 32});
   check_case({at::kBFloat16, 384, 24, 4, 32});
@@ -273,10 +270,7 @@ TEST_F(TriangleAttentionCuda, ProjectedWritesTheProjectionGradientWhole) {
 }
 
 TEST_F(TriangleAttentionCuda, ProjectedOnThePortableKernels) {
-  struct Portable {
-    Portable() { set_portable_kernels_only(true); }
-    ~Portable() { set_portable_kernels_only(false); }
-  } portable;
+  const PortableKernelsScope portable;
   check_projected(at::kBFloat16, 37, 4);
   check_projected(at::kHalf, 130, 0);
 }

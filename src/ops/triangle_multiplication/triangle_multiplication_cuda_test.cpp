@@ -174,7 +174,7 @@ TEST_F(TriangleMultiplicationCuda, ProjectionEpilogueAndFusedBackwardEqualTheTwo
 // roundings of the two ways of forming the sum; both kernel sets, a padded plane.
 TEST_F(TriangleMultiplicationCuda, ProjectionPassthroughAddsTheResidualGradient) {
   for (const bool portable : {false, true}) {
-    set_portable_kernels_only(portable);
+    const PortableKernelsScope scope(portable);
     for (const at::ScalarType t : {at::kFloat, at::kBFloat16}) {
       SCOPED_TRACE(std::string(portable ? "portable kernels " : "") + c10::toString(t));
       const bool autocast = t == at::kFloat;
@@ -202,7 +202,6 @@ TEST_F(TriangleMultiplicationCuda, ProjectionPassthroughAddsTheResidualGradient)
                                                 at::randn({1, n, n, 128}, o) * 3);
     }
   }
-  set_portable_kernels_only(false);
 }
 
 }  // namespace
