@@ -10,6 +10,9 @@
 // dispatch and launch time, against the same step launched op by op (run that with
 // --dropout off: the dropout masks come from host-seeded generators, which a graph cannot
 // draw afresh, so the graph runs without them).
+// host_ms is the host's time to issue a step (forward and backward returned, nothing waited
+// for): near the step's device time, the GPU waits for the host in places. --trace writes
+// one more step's timeline of host operators and kernels (bench/trace_gaps.py reads it).
 #include <ATen/Context.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
@@ -19,7 +22,9 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -33,6 +38,7 @@
 #include "model/pairformer.h"
 #include "ops/reference_mode.h"
 #include "core/device.h"
+#include "core/trace.h"
 
 #ifdef MEGAFOLD_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -51,6 +57,7 @@ int block_main(const std::vector<std::string>& argv) {
       {"pair-path", "plain|rows", "the pair stack's plain path, or its row-sharded one on one rank (default plain)"},
       {"dropout", "on|off", "the training step's dropout (default on)"},
       {"graph", "", "time the step (dropout off) as one CUDA graph replay, captured after the warm-up"},
+      {"trace", "FILE", "after the timed steps, record one more step's host operators and kernels (Chrome trace)"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto; with several ranks, rank r takes cuda:LOCAL_RANK)"},
       {"nproc", "P", "local ranks sharding the pair rows (default: the launcher's ranks, or 1)"},
       {"seed", "N", "parameter and input seed (default 0)"},
@@ -119,15 +126,19 @@ int block_main(const std::vector<std::string>& argv) {
   const at::Tensor dz = at::randn_like(z0);
 
   // Forward alone (recording for backward, as in training) and forward + backward.
-  std::vector<double> fwd_ms, total_ms;
+  std::vector<double> fwd_ms, total_ms, host_ms;
   megafold::reset_peak_memory(device);
+  const std::optional<std::string> trace_path = args.get("trace");
   const int64_t eager_steps = graph ? warmup : warmup + steps;
   // Marks on the device's timeline (the baselines in bench/pairformer_block.py time theirs the
   // same way): nothing waits between forward and backward, as in training.
   megafold::DeviceClock clock(device, 3);
-  for (int64_t step = 0; step < eager_steps; ++step) {
+  for (int64_t step = 0; step < eager_steps + (trace_path ? 1 : 0); ++step) {
     megafold::synchronize(device);
     if (group) group->barrier();  // the ranks start each step together
+    std::optional<megafold::Trace> trace;
+    if (step == eager_steps) trace.emplace(device);
+    const auto host_start = std::chrono::steady_clock::now();
     clock.mark(0);
     {
       const AutocastScope autocast(device.type(), device.is_cuda(), at::kBFloat16);
@@ -137,10 +148,13 @@ int block_main(const std::vector<std::string>& argv) {
       torch::autograd::backward({out.s, out.z}, {ds, dz});
     }
     clock.mark(2);
+    const std::chrono::duration<double, std::milli> issued = std::chrono::steady_clock::now() - host_start;
     megafold::synchronize(device);
-    if (step >= warmup) {
+    if (trace) trace->save(*trace_path + (env.world > 1 ? "." + std::to_string(env.rank) : ""));
+    if (step >= warmup && step < eager_steps) {
       fwd_ms.push_back(clock.elapsed_ms(0, 1));
       total_ms.push_back(clock.elapsed_ms(0, 2));
+      host_ms.push_back(issued.count());
     }
     s0.mutable_grad().reset();
     z0.mutable_grad().reset();
@@ -203,14 +217,15 @@ int block_main(const std::vector<std::string>& argv) {
                            (dropout == "off" ? "-nodropout" : "");
   if (env.rank == 0) {
     // Under --graph the forward is not timed apart (one replay runs the whole step).
-    char fwd[32] = "null";
+    char fwd[32] = "null", host[32] = "null";
     if (!fwd_ms.empty()) std::snprintf(fwd, sizeof(fwd), "%.3f", median(fwd_ms));
+    if (!host_ms.empty()) std::snprintf(host, sizeof(host), "%.3f", median(host_ms));
     std::printf("{\"op\": \"pairformer_block\", \"impl\": \"%s\", \"n\": %lld, \"c_s\": %lld, \"c_z\": %lld, "
                 "\"ranks\": %d, \"device\": \"%s\", \"fwd_ms\": %s, \"fwdbwd_ms\": %.3f, \"min_ms\": %.3f, "
-                "\"peak_gb\": %.3f}\n",
+                "\"host_ms\": %s, \"peak_gb\": %.3f}\n",
                 impl.c_str(), static_cast<long long>(n), static_cast<long long>(cfg.c_s),
                 static_cast<long long>(cfg.c_z), env.world, device.str().c_str(), fwd, median(total_ms),
-                *std::min_element(total_ms.begin(), total_ms.end()), peak_gb);
+                *std::min_element(total_ms.begin(), total_ms.end()), host, peak_gb);
   }
   if (group) group->barrier();
   return 0;
