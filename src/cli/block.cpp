@@ -7,9 +7,9 @@
 // Steps are timed on the device's timeline (CUDA events on a GPU, as bench/pairformer_block.py
 // times its baselines): nothing waits between forward and backward.
 // --graph times the step as one CUDA graph replay: what the GPU needs without the host's
-// dispatch and launch time, against the same step launched op by op (run that with
-// --dropout off: the dropout masks come from host-seeded generators, which a graph cannot
-// draw afresh, so the graph runs without them).
+// dispatch and launch time, against the same step launched op by op (the dropout masks are a
+// kernel of the step's seed, so the graph replays them too; every replay draws the captured
+// step's masks).
 // host_ms is the host's time to issue a step (forward and backward returned, nothing waited
 // for): near the step's device time, the GPU waits for the host in places. --trace writes
 // one more step's timeline of host operators and kernels (bench/trace_gaps.py reads it).
@@ -56,7 +56,7 @@ int block_main(const std::vector<std::string>& argv) {
       {"ops", "kernel|reference", "CUDA kernels where registered, or the ATen references (default kernel)"},
       {"pair-path", "plain|rows", "the pair stack's plain path, or its row-sharded one on one rank (default plain)"},
       {"dropout", "on|off", "the training step's dropout (default on)"},
-      {"graph", "", "time the step (dropout off) as one CUDA graph replay, captured after the warm-up"},
+      {"graph", "", "time the step as one CUDA graph replay, captured after the warm-up"},
       {"trace", "FILE", "after the timed steps, record one more step's host operators and kernels (Chrome trace)"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto; with several ranks, rank r takes cuda:LOCAL_RANK)"},
       {"nproc", "P", "local ranks sharding the pair rows (default: the launcher's ranks, or 1)"},
@@ -100,10 +100,9 @@ int block_main(const std::vector<std::string>& argv) {
     shard = dist::make_pair_shard(*group, n);
   }
   const bool rows = pair_path == "rows" || env.world > 1;
-  const std::string dropout = args.get("dropout").value_or(args.has("graph") ? "off" : "on");
+  const std::string dropout = args.get("dropout").value_or("on");
   MF_CHECK(dropout == "on" || dropout == "off", "--dropout must be on or off, not '", dropout, "'");
   const bool graph = args.has("graph");
-  MF_CHECK(!graph || dropout == "off", "--graph runs without dropout (its masks are drawn on the host)");
   MF_CHECK(!graph || (device.is_cuda() && env.world == 1), "--graph needs one CUDA device");
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
   at::manual_seed(seed);  // parameters and the single track: the same on every rank
