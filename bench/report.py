@@ -86,7 +86,8 @@ def block_table(name="pairformer_block"):
              "| block | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
     # The run with the most implementations (the side-by-side one) first, later runs of ours after.
     runs = [c for _, c in by]
-    main_run = max(set(runs), key=runs.count)
+    # Ties go to the file's own (latest) run, not to a set's iteration order.
+    main_run = max(sorted(set(runs)), key=lambda c: (runs.count(c), c == d["commit"]))
     rows = [(f"{label} [{commit}]", [cells.get(n) for n in ns])
             for impl, label in BLOCK_IMPLS
             for (i, commit), cells in sorted(by.items(), key=lambda kv: kv[0][1] != main_run) if i == impl]
