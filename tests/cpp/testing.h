@@ -23,12 +23,13 @@ uint64_t fresh_seed();
 // Max-abs error of a relative to b, over max-abs of b (0 when b is all zeros).
 double rel_error(const at::Tensor& a, const at::Tensor& b);
 
-// The message of the megafold::Error that f throws ("" when it throws none).
-template <typename F>
+// The message of the Exception (a megafold::Error unless named: an op's c10::Error) that f
+// throws ("" when it throws none).
+template <typename Exception = megafold::Error, typename F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const megafold::Error& e) {
+  } catch (const Exception& e) {
     return e.what();
   }
   return "";

@@ -69,19 +69,8 @@ TEST(DropoutMask, SameSeedSameMaskAndShardsAgree) {
   }
 }
 
-// The message of the c10::Error that f throws ("" when it throws none).
-template <typename F>
-std::string op_error(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 void expect_throws_with(const std::function<void()>& f, const std::string& text) {
-  const std::string message = op_error(f);
+  const std::string message = error_of<c10::Error>(f);
   EXPECT_NE(message.find("megafold::dropout_mask"), std::string::npos) << message;
   EXPECT_NE(message.find(text), std::string::npos) << message;
 }
