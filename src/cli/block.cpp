@@ -56,6 +56,8 @@ int block_main(const std::vector<std::string>& argv) {
       {"ops", "kernel|reference", "CUDA kernels where registered, or the ATen references (default kernel)"},
       {"pair-path", "plain|rows", "the pair stack's plain path, or its row-sharded one on one rank (default plain)"},
       {"dropout", "on|off", "the training step's dropout (default on)"},
+      {"masks", "on|off", "pass token and pair masks of ones (default off: the trainer passes none for a crop "
+                          "without padding)"},
       {"graph", "", "time the step as one CUDA graph replay, captured after the warm-up"},
       {"trace", "FILE", "after the timed steps, record one more step's host operators and kernels (Chrome trace)"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto; with several ranks, rank r takes cuda:LOCAL_RANK)"},
@@ -103,6 +105,8 @@ int block_main(const std::vector<std::string>& argv) {
   const std::string dropout = args.get("dropout").value_or("on");
   MF_CHECK(dropout == "on" || dropout == "off", "--dropout must be on or off, not '", dropout, "'");
   const bool graph = args.has("graph");
+  const std::string masks = args.get("masks").value_or("off");
+  MF_CHECK(masks == "on" || masks == "off", "--masks must be on or off, not '", masks, "'");
   MF_CHECK(!graph || (device.is_cuda() && env.world == 1), "--graph needs one CUDA device");
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
   at::manual_seed(seed);  // parameters and the single track: the same on every rank
@@ -117,8 +121,9 @@ int block_main(const std::vector<std::string>& argv) {
   const auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
   const at::Tensor s0 = at::randn({1, n, cfg.c_s}, f32).requires_grad_();
   const at::Tensor ds = at::randn_like(s0);
-  const at::Tensor token_mask = at::ones({1, n}, f32);
-  const at::Tensor pair_mask = at::ones({1, n, n}, f32);
+  // The inputs fill the crop: the trainer runs such a batch without masks (Batch::padded).
+  const at::Tensor token_mask = masks == "on" ? at::ones({1, n}, f32) : at::Tensor();
+  const at::Tensor pair_mask = masks == "on" ? at::ones({1, n, n}, f32) : at::Tensor();
   at::manual_seed(seed + 1 + static_cast<uint64_t>(env.rank));  // this rank's pair rows only
   const int64_t my_rows = shard.sharded() ? shard.rows : n;
   const at::Tensor z0 = at::randn({1, my_rows, n, cfg.c_z}, f32).requires_grad_();
@@ -213,7 +218,7 @@ int block_main(const std::vector<std::string>& argv) {
   };
   const std::string impl = "megafold-" + ops_mode + (rows ? "-rows" : "") +
                            (env.world > 1 ? "-p" + std::to_string(env.world) : "") + (graph ? "-graph" : "") +
-                           (dropout == "off" ? "-nodropout" : "");
+                           (dropout == "off" ? "-nodropout" : "") + (masks == "on" ? "-masks" : "");
   if (env.rank == 0) {
     // Under --graph the forward is not timed apart (one replay runs the whole step).
     char fwd[32] = "null", host[32] = "null";

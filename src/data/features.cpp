@@ -452,6 +452,9 @@ Batch make_batch(const std::vector<const Entry*>& entries,
   }
   out.ref = batch_reference_features(entries, sels, out.restype);
   token_frames(entries, sels, out);
+  out.padded = std::any_of(sels.begin(), sels.end(), [N](const std::vector<int32_t>& s) {
+    return static_cast<int64_t>(s.size()) < N;
+  });
   return out;
 }
 

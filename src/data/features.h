@@ -78,6 +78,10 @@ struct Batch {
   at::Tensor template_coords;   // [B, T, N, 4, 3] float, Angstrom: N, CA, C and CB (CA for glycine) of that residue
   at::Tensor template_mask;     // [B, T, N, 4] float, 1 = that atom is resolved in the template
   std::vector<std::string> names;
+  // Whether any entry has fewer tokens than N (padding rows in the masks). make_batch sets it;
+  // a batch without padding lets the trunk run without masks (the same result, and the
+  // attention kernels' unmasked form is faster). Known on the host, so no device read decides it.
+  bool padded = true;
 
   int64_t size() const { return restype.size(0); }
   int64_t n_tokens() const { return restype.size(1); }

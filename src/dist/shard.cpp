@@ -181,10 +181,12 @@ at::Tensor transpose_shards(const at::Tensor& x, const PairShard& s) {
 }
 
 at::Tensor local_rows(const at::Tensor& full, const PairShard& s) {
+  if (!full.defined()) return full;
   return s.sharded() ? full.narrow(1, s.offset(), s.rows) : full;
 }
 
 at::Tensor local_rows_transposed(const at::Tensor& full, const PairShard& s) {
+  if (!full.defined()) return full;
   const at::Tensor t = full.transpose(1, 2);
   return s.sharded() ? t.narrow(1, s.offset(), s.rows) : t;
 }

@@ -57,7 +57,8 @@ at::Tensor transpose_shards(const at::Tensor& x, const PairShard& shard);
 using Contract = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
 at::Tensor ring_contract(const at::Tensor& a, const at::Tensor& b_rows, const PairShard& shard, Contract contract);
 
-// This rank's rows of a full [B, N, ...] tensor (a view), and of its transpose in dims 1, 2.
+// This rank's rows of a full [B, N, ...] tensor (a view), and of its transpose in dims 1, 2; an
+// undefined tensor (no mask) stays undefined.
 at::Tensor local_rows(const at::Tensor& full, const PairShard& shard);
 at::Tensor local_rows_transposed(const at::Tensor& full, const PairShard& shard);
 

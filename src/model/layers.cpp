@@ -165,7 +165,8 @@ at::Tensor TriangleAttentionImpl::forward(const at::Tensor& z, const at::Tensor&
   // through strides only (nothing copied): the op reads q, k, v, gate and b'[h, i, k] = b_ki
   // from the transposed projection and writes o with rows and columns swapped back.
   const at::Tensor proj = ops::layernorm_linear(z, ln_w_, ln_b_, aligned_projection(w_proj_), std::nullopt);
-  const at::Tensor o = ops::triangle_attention_projected(proj, std::nullopt, pair_mask.transpose(1, 2), H, d, true);
+  const at::Tensor key_mask = pair_mask.defined() ? pair_mask.transpose(1, 2) : pair_mask;
+  const at::Tensor o = ops::triangle_attention_projected(proj, std::nullopt, key_mask, H, d, true);
   return at::linear(o.transpose(1, 2).reshape({B, N, N, H * d}), w_o_);
 }
 
@@ -198,7 +199,8 @@ at::Tensor TriangleAttentionImpl::forward_chunked(const at::Tensor& z, const at:
     const int64_t n = x.size(dim);
     // The chunk in the starting-node orientation: its rows r attend over their own N keys.
     const at::Tensor xr = starting_ ? x : x.transpose(1, 2);  // [B, n, N, c_z]
-    const at::Tensor mask = starting_ ? chunk_of(pair_mask, 1, start, n) : chunk_of(pair_mask, 2, start, n).transpose(1, 2);
+    at::Tensor mask = chunk_of(pair_mask, starting_ ? 1 : 2, start, n);
+    if (mask.defined() && !starting_) mask = mask.transpose(1, 2);
     const std::vector<at::Tensor> p =
         ops::layernorm_linear(xr, ln_w_, ln_b_, w_qkvg, std::nullopt).unflatten(-1, {4, H, d}).unbind(-3);
     const at::Tensor o = ops::triangle_attention(p[0], p[1], p[2], shared[0], mask, p[3]);  // [B, n, N, H, d]

@@ -76,11 +76,15 @@ TrunkOutput MegaFoldImpl::forward(const data::Batch& batch, uint64_t dropout_see
     // AF3 SI Alg. 1: the templates, then the MSA, update z before the Pairformer.
     if (!templates_.is_empty()) st.z = templates_->forward(batch, st.z, pair_mask, mix_seed(seed, 0x746d706c));  // "tmpl"
     if (!msa_.is_empty()) st.z = msa_->forward(batch, emb.s_inputs, st.z, pair_mask, mix_seed(seed, 0x6d7361));
+    // A crop without padding runs the Pairformer without masks: all ones change nothing, and the
+    // attention kernels' unmasked form is faster.
+    const at::Tensor trunk_tokens = batch.padded ? token_mask : at::Tensor();
+    const at::Tensor trunk_pairs = batch.padded ? pair_mask : at::Tensor();
     if (shard) {
-      prev = pairformer_->forward({st.s, dist::split_rows(st.z, *shard)}, token_mask, pair_mask, seed, &*shard);
+      prev = pairformer_->forward({st.s, dist::split_rows(st.z, *shard)}, trunk_tokens, trunk_pairs, seed, &*shard);
       prev.z = dist::join_rows(prev.z, *shard);
     } else {
-      prev = pairformer_->forward(st, token_mask, pair_mask, seed);
+      prev = pairformer_->forward(st, trunk_tokens, trunk_pairs, seed);
     }
     if (!last) prev = {prev.s.detach(), prev.z.detach()};
   }

@@ -81,7 +81,7 @@ at::Tensor PairStackImpl::chunked_transition(const at::Tensor& z, int64_t rows) 
 at::Tensor PairStackImpl::forward_rows(const at::Tensor& z_in, const at::Tensor& pair_mask, uint64_t dropout_seed,
                                        const dist::PairShard& shard) {
   const bool train = is_training();
-  const int64_t N = pair_mask.size(1);
+  const int64_t N = z_in.size(2);
   auto drop = [&](const at::Tensor& z, DropoutAxis axis, uint64_t site) {
     return dropout_scale(z, dropout_, axis, train, mix_seed(dropout_seed, site), N, shard.offset());
   };

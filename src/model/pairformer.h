@@ -58,7 +58,8 @@ TORCH_MODULE(PairStack);
 class PairformerBlockImpl : public torch::nn::Module {
  public:
   explicit PairformerBlockImpl(const ModelConfig& cfg);
-  // token_mask [B, N], pair_mask [B, N, N]; dropout masks are drawn from dropout_seed.
+  // token_mask [B, N], pair_mask [B, N, N], or both undefined when no token is padding (every
+  // pair attends; the same result); dropout masks are drawn from dropout_seed.
   // in.z may be bf16 (a rounded block boundary); the block computes in in.s's dtype from it.
   // pair_rows (optional): in.z holds this rank's rows [B, n, N, c_z] and the pair stack runs its
   // row-sharded path (PairStack::forward_rows); the single track stays replicated, its pair bias

@@ -237,6 +237,35 @@ TEST(MemoryModes, ChunkedPairStacksMatchThePlainOne) {
   }
 }
 
+// Without masks (a crop without padding) every form of the pair stack computes what it computes
+// with masks of ones, bit for bit: plain, chunked (balanced, frontier), and on its row path.
+TEST(MemoryModes, PairStacksWithoutMasksEqualAllOnesMasks) {
+  fresh_seed();
+  const int64_t N = 11;
+  const at::Tensor ones = at::ones({1, N, N}, at::kDouble);
+  const at::Tensor z0 = at::randn({1, N, N, 8}, at::kDouble), w = at::randn({1, N, N, 8}, at::kDouble);
+  for (const char* mode : {"fast", "balanced", "frontier"}) {
+    PairStack stack(small_trunk(mode));
+    randomise_parameters(*stack);
+    stack->to(at::kDouble);
+    auto run = [&](const at::Tensor& pair_mask, bool rows) {
+      const at::Tensor z = z0.clone().requires_grad_();
+      stack->zero_grad(true);
+      const at::Tensor out =
+          rows ? stack->forward_rows(z, pair_mask, 5, dist::PairShard{}) : stack->forward(z, pair_mask, 5);
+      (out * w).sum().backward();
+      std::vector<at::Tensor> r{out.detach(), z.grad()};
+      for (const at::Tensor& p : stack->parameters()) r.push_back(grad_or_zeros(p).clone());
+      return r;
+    };
+    for (bool rows : {false, true}) {
+      const auto want = run(ones, rows), got = run(at::Tensor(), rows);
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_TRUE(at::equal(got[i], want[i])) << mode << (rows ? " rows" : " plain") << ", output / gradient " << i;
+    }
+  }
+}
+
 // 21 tokens of ubiquitin padded to 24, its float features in float64 for a float64 model.
 data::Batch small_batch() {
   const data::Entry e = data::load_entry(MEGAFOLD_TEST_SOURCE_DIR "/data/pdb/1ubi.pdb.gz");

@@ -79,6 +79,32 @@ TEST(Model, PaddingDoesNotChangeRealTokens) {
   EXPECT_LT(rel_error(padded.z.narrow(1, 0, 31).narrow(2, 0, 31), plain.z), 1e-5);
 }
 
+// A crop that fills the batch runs the Pairformer without masks: the same bits as with masks of
+// ones (training mode, dropout on), forward and gradients; make_batch knows which it is.
+TEST(Model, UnpaddedCropRunsTheTrunkWithoutMasksAndTheSameBits) {
+  fresh_seed();
+  const data::Entry e = ubiquitin();
+  EXPECT_TRUE(batch_of(e, 20, 24).padded);
+  const data::Batch unpadded = batch_of(e, 20, 20);
+  ASSERT_FALSE(unpadded.padded);
+  data::Batch masked = unpadded;
+  masked.padded = true;
+  MegaFold m(tiny_config());
+  randomise_parameters(*m);
+  auto run = [&](const data::Batch& b) {
+    m->zero_grad(true);
+    const TrunkOutput out = m->forward(b, 7);
+    (out.distogram_logits * out.distogram_logits).sum().backward();
+    std::vector<at::Tensor> r{out.s.detach(), out.z.detach()};
+    for (const at::Tensor& p : m->parameters())
+      if (p.grad().defined()) r.push_back(p.grad().clone());
+    return r;
+  };
+  const auto want = run(masked), got = run(unpadded);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "output / gradient " << i;
+}
+
 TEST(Model, DropoutIsAPureFunctionOfTheSeed) {
   fresh_seed();
   MegaFold m(tiny_config());
