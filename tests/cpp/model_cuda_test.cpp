@@ -14,6 +14,7 @@
 #include "data/residue_constants.h"
 #include "data/structure.h"
 #include "model/model.h"
+#include "model/pairformer.h"
 #include "model/template_embedder.h"
 #include "ops/reference_mode.h"
 #include "testing.h"
@@ -88,6 +89,40 @@ TEST(ModelCuda, TrainingStepGradientsAreBitwiseRepeatable) {
   // The step reaches every module: the atom encoder and decoder, the diffusion transformer,
   // the trunk and the confidence head all have gradients.
   EXPECT_GT(nonzero, static_cast<int64_t>(first.size()) * 3 / 4);
+}
+
+// A crop without padding runs the Pairformer block without masks: on the kernels (attention in
+// its unmasked form, the TriMul projection without a mask row) the same bits as with masks of
+// ones, output and every gradient, training mode with dropout under bf16 autocast.
+TEST(ModelCuda, BlockWithoutMasksEqualsMasksOfOnesBitwise) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  fresh_seed();
+  ModelConfig cfg = small_af3();
+  PairformerBlock block(cfg);
+  block->to(at::kCUDA);
+  block->train();
+  const int64_t N = 77;  // tiles past the end in every kernel
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const at::Tensor s0 = at::randn({1, N, cfg.c_s}, f32), z0 = at::randn({1, N, N, cfg.c_z}, f32);
+  const at::Tensor ds = at::randn_like(s0), dz = at::randn_like(z0);
+  auto run = [&](const at::Tensor& token_mask, const at::Tensor& pair_mask) {
+    block->zero_grad(true);
+    const at::Tensor s = s0.clone().requires_grad_(), z = z0.clone().requires_grad_();
+    std::vector<at::Tensor> r;
+    {
+      const AutocastScope ac(at::kCUDA, true, at::kBFloat16);
+      const PairformerState out = block->forward({s, z}, token_mask, pair_mask, 13);
+      torch::autograd::backward({out.s, out.z}, {ds, dz});
+      r = {out.s.detach(), out.z.detach()};
+    }
+    r.push_back(s.grad());
+    r.push_back(z.grad());
+    for (const at::Tensor& p : block->parameters()) r.push_back(grad_or_zeros(p).clone());
+    return r;
+  };
+  const auto want = run(at::ones({1, N}, f32), at::ones({1, N, N}, f32)), got = run(at::Tensor(), at::Tensor());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "output / gradient " << i;
 }
 
 // The template embedder at AF3's widths (its triangle attention and multiplication on their
