@@ -3,7 +3,9 @@
 4 heads x 32, single attention 16 heads x 24, transitions n=4, dropout 0.25 row/column-wise),
 forward + backward on random inputs, bf16 autocast over fp32 residual streams, side by side:
 
-  megafold-kernel     our C++ model's block (`megafold dev block`), CUDA kernels where registered
+  megafold-kernel     our C++ model's block (`megafold dev block`), CUDA kernels where registered;
+                      as the trainer runs a crop without padding, i.e. without masks (the PyTorch
+                      blocks below take masks of ones)
   megafold-reference  the same block with every op on its ATen reference (the "before")
   megafold-kernel-rows  megafold-kernel with the pair stack on its row-sharded path, one rank
                       (the cost of that path at P = 1; not in the default list)
