@@ -32,10 +32,11 @@ def innermost_ops(ops):
 
 
 def enclosing(by_tid, tid, ts):
-    """The latest-starting operator on thread tid that contains ts (the innermost)."""
+    """The latest-starting operator on thread tid that contains ts (the innermost: operators of
+    one thread nest)."""
     ops, starts = by_tid.get(tid, ([], []))
     i = bisect.bisect_right(starts, ts)
-    for e in reversed(ops[max(0, i - 64):i]):
+    for e in reversed(ops[:i]):
         if e["ts"] <= ts <= e["ts"] + e["dur"]:
             return e["name"]
     return "(no operator)"
@@ -53,8 +54,10 @@ def main():
     if not device:
         raise SystemExit(f"{args.trace}: no kernels, copies or fills in the trace (a CPU run?)")
     ops = [e for e in events if e.get("cat") == "cpu_op"]
+    # Launches through the runtime (cudaLaunchKernel) and the driver (cuLaunchKernelEx, as cuBLAS
+    # issues its GEMMs).
     launches = {e["args"]["correlation"]: e for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     by_tid = innermost_ops(ops)
 
     busy, gaps, end = 0.0, [], device[0]["ts"]

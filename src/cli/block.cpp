@@ -59,7 +59,8 @@ int block_main(const std::vector<std::string>& argv) {
       {"masks", "on|off", "pass token and pair masks of ones (default off: the trainer passes none for a crop "
                           "without padding)"},
       {"graph", "", "time the step as one CUDA graph replay, captured after the warm-up"},
-      {"trace", "FILE", "after the timed steps, record one more step's host operators and kernels (Chrome trace)"},
+      {"trace", "FILE", "after the timed steps (with --graph: the warm-up), record one more step op by op: its host "
+                        "operators and kernels (Chrome trace)"},
       {"device", "auto|cpu|cuda[:i]", "device (default auto; with several ranks, rank r takes cuda:LOCAL_RANK)"},
       {"nproc", "P", "local ranks sharding the pair rows (default: the launcher's ranks, or 1)"},
       {"seed", "N", "parameter and input seed (default 0)"},
@@ -108,6 +109,8 @@ int block_main(const std::vector<std::string>& argv) {
   const std::string masks = args.get("masks").value_or("off");
   MF_CHECK(masks == "on" || masks == "off", "--masks must be on or off, not '", masks, "'");
   MF_CHECK(!graph || (device.is_cuda() && env.world == 1), "--graph needs one CUDA device");
+  // The reference draws dropout masks on the host and copies them over, which a capture refuses.
+  MF_CHECK(!graph || ops_mode == "kernel" || dropout == "off", "--graph --ops reference needs --dropout off");
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
   at::manual_seed(seed);  // parameters and the single track: the same on every rank
 
@@ -204,12 +207,14 @@ int block_main(const std::vector<std::string>& argv) {
     // Each step as long as its slowest rank; memory: the fullest rank.
     std::vector<double> mine = fwd_ms;
     mine.insert(mine.end(), total_ms.begin(), total_ms.end());
+    mine.insert(mine.end(), host_ms.begin(), host_ms.end());
     mine.push_back(peak_gb);
     const std::vector<at::Tensor> all = group->all_gather(at::tensor(mine, at::TensorOptions().dtype(at::kDouble)));
     const at::Tensor worst = at::stack(all).amax(0);
     const std::vector<double> w(worst.data_ptr<double>(), worst.data_ptr<double>() + worst.numel());
     fwd_ms.assign(w.begin(), w.begin() + steps);
     total_ms.assign(w.begin() + steps, w.begin() + 2 * steps);
+    host_ms.assign(w.begin() + 2 * steps, w.begin() + 3 * steps);
     peak_gb = w.back();
   }
   auto median = [](std::vector<double> v) {

@@ -138,3 +138,39 @@ def test_block_trace_records_the_step(megafold_bin, source_dir, tmp_path):
     g = subprocess.run([sys.executable, str(source_dir / "bench" / "trace_gaps.py"), str(trace)],
                        capture_output=True, text=True)
     assert g.returncode != 0 and str(trace) in g.stderr and "no kernels" in g.stderr
+
+
+def test_trace_gaps_charges_idle_time_to_the_launching_operator(source_dir, tmp_path):
+    """A synthetic step: a runtime launch inside a nested operator and a driver launch (as cuBLAS
+    issues GEMMs); each gap is charged to the innermost operator around the launch after it."""
+    import json
+    import subprocess
+    import sys
+
+    def op(name, ts, dur, tid=1):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+    def launch(cat, ts, corr, tid=1):
+        return {"ph": "X", "cat": cat, "name": "launch", "ts": ts, "dur": 2, "tid": tid,
+                "args": {"correlation": corr}}
+
+    def kernel(name, ts, dur, corr):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": 9,
+                "args": {"correlation": corr}}
+
+    # Many short children before the launch, so the innermost operator starts long before it.
+    children = [op("aten::empty", 101 + 0.5 * k, 0.2) for k in range(100)]
+    events = [op("outer", 0, 400), op("aten::mm", 100, 100), *children, launch("cuda_driver", 180, 2),
+              op("megafold::x", 250, 50), launch("cuda_runtime", 260, 1),
+              kernel("k1", 10, 20, 0), kernel("k2", 270, 10, 1), kernel("gemm", 330, 10, 2)]
+    trace = tmp_path / "synthetic.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    r = subprocess.run([sys.executable, str(source_dir / "bench" / "trace_gaps.py"), str(trace)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    totals = json.loads(r.stdout.splitlines()[0])
+    # Busy 20 + 10 + 10 us of a 330 us span; gaps of 240 us (before k2) and 50 us (before gemm).
+    assert totals["device_busy_ms"] == 0.04 and totals["idle_ms"] == 0.29 and totals["gaps"] == 2
+    charged = {line.split()[-1]: float(line.split()[0]) for line in r.stdout.splitlines()
+               if line.startswith("  ") and " gaps " in line}
+    assert charged == {"megafold::x": 0.24, "aten::mm": 0.05}, r.stdout
