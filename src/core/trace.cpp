@@ -35,7 +35,7 @@ Trace::~Trace() {
 void Trace::save(const std::string& path) {
   MF_CHECK(active_, "the trace was already saved");
   active_ = false;
-  const std::unique_ptr<torch::autograd::profiler::ProfilerResult> result = torch::autograd::profiler::disableProfiler();
+  const auto result = torch::autograd::profiler::disableProfiler();
   MF_CHECK(result != nullptr, "the profiler returned no trace for ", path);
   const std::string tmp = path + ".tmp";
   result->save(tmp);
