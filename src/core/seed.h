@@ -5,14 +5,26 @@
 #include <cstdint>
 #include <string_view>
 
+#ifdef __CUDACC__
+#define MF_SEED_HD __host__ __device__ __forceinline__
+#else
+#define MF_SEED_HD inline
+#endif
+
 namespace megafold {
 
-// splitmix64 finaliser over a combination of a and b.
-inline uint64_t mix_seed(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+// splitmix64's golden-ratio increment and its 64-bit output finaliser (Steele, Lea & Flood
+// 2014); host and device (the dropout masks' kernel hashes with them too).
+inline constexpr uint64_t kSplitmixGamma = 0x9E3779B97F4A7C15ull;
+MF_SEED_HD uint64_t splitmix64_finalise(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// splitmix64 finaliser over a combination of a and b.
+inline uint64_t mix_seed(uint64_t a, uint64_t b) {
+  return splitmix64_finalise(a * kSplitmixGamma + b + 0x632BE59BD9B4E019ull);
 }
 
 // FNV-1a, 32 bit: a stable hash of names (used for the train/validation split).
@@ -36,3 +48,5 @@ inline uint64_t fnv1a64(std::string_view s) {
 }
 
 }  // namespace megafold
+
+#undef MF_SEED_HD

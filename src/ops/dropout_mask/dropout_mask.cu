@@ -13,8 +13,7 @@ __global__ void dropout_mask_kernel(DropoutMaskParams p) {
   const int64_t count = p.B * p.L * p.c;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t k = i % p.c, bl = i / p.c, l = bl % p.L, b = bl / p.L;
-    const auto counter = static_cast<uint64_t>((b * p.L_total + p.first + l) * p.c + k);
-    p.out[i] = dropout_keep(p.key, counter, p.rate, p.keep_scale);
+    p.out[i] = dropout_keep(p.key, dropout_counter(b, l, k, p.L_total, p.first, p.c), p.rate, p.keep_scale);
   }
 }
 

@@ -14,8 +14,8 @@ namespace {
 
 at::Tensor dropout_mask_cuda(const at::Tensor& like, double rate, int64_t axis, int64_t seed, int64_t rows_total,
                              int64_t row_offset) {
-  const DropoutMaskShape s = dropout_mask_shape(like, rate, axis, rows_total, row_offset);
   if (!kernels_run_on(like, "dropout_mask")) return dropout_mask_ref(like, rate, axis, seed, rows_total, row_offset);
+  const DropoutMaskShape s = dropout_mask_shape(like, rate, axis, rows_total, row_offset);
   const c10::cuda::CUDAGuard guard(like.device());
   const at::Tensor mask = at::empty(s.sizes, like.options().dtype(at::kFloat));
   cuda::DropoutMaskParams p{};

@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA kernel's boundary for dropout_mask (dropout_mask.cu): the mask as [B, L, c] fp32,
-// element (b, l, k) drawn at counter (b * L_total + first + l) * c + k of the stream `key`.
+// element (b, l, k) drawn at dropout_counter(b, l, k, L_total, first, c) of the stream `key`.
 #include <cstdint>
 
 namespace megafold::ops::cuda {

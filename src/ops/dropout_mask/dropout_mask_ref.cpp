@@ -14,10 +14,8 @@ at::Tensor dropout_mask_ref(const at::Tensor& like, double rate, int64_t axis, i
   const auto key = static_cast<uint64_t>(seed);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t l = 0; l < s.L; ++l)
-      for (int64_t k = 0; k < s.c; ++k) {
-        const auto counter = static_cast<uint64_t>((b * s.L_total + s.first + l) * s.c + k);
-        *out++ = dropout_keep(key, counter, s.rate, s.keep_scale);
-      }
+      for (int64_t k = 0; k < s.c; ++k)
+        *out++ = dropout_keep(key, dropout_counter(b, l, k, s.L_total, s.first, s.c), s.rate, s.keep_scale);
   return like.device().is_cpu() ? mask : mask.to(like.device());
 }
 
