@@ -154,12 +154,17 @@ def profile_kernels(op, n):
     rows, reps = n * n, 10
     traffic = {"forward_kernel": 2 * rows * (C_IN + C_OUT), "dx_kernel": 2 * rows * (C_OUT + 2 * C_IN),
                "g_kernel": 2 * rows * (C_OUT + C_IN)} if op == "layernorm_linear" else {}
-    for _ in range(3):
+    def fwdbwd():
+        for a in inputs:  # as the timed fwd+bwd: no accumulation into existing gradients
+            a.grad = None
         fn(*inputs).backward(grads)
+
+    for _ in range(3):
+        fwdbwd()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            fn(*inputs).backward(grads)
+            fwdbwd()
         torch.cuda.synchronize()
     times = {}
     for e in prof.events():
