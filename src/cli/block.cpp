@@ -24,9 +24,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <optional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cli/args.h"

@@ -5,18 +5,14 @@
 #include <cstdint>
 #include <string_view>
 
-#ifdef __CUDACC__
-#define MF_SEED_HD __host__ __device__ __forceinline__
-#else
-#define MF_SEED_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace megafold {
 
 // splitmix64's golden-ratio increment and its 64-bit output finaliser (Steele, Lea & Flood
 // 2014); host and device (the dropout masks' kernel hashes with them too).
 inline constexpr uint64_t kSplitmixGamma = 0x9E3779B97F4A7C15ull;
-MF_SEED_HD uint64_t splitmix64_finalise(uint64_t z) {
+MF_HOST_DEVICE uint64_t splitmix64_finalise(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -48,5 +44,3 @@ inline uint64_t fnv1a64(std::string_view s) {
 }
 
 }  // namespace megafold
-
-#undef MF_SEED_HD

@@ -124,7 +124,6 @@ def test_block_trace_records_the_step(megafold_bin, source_dir, tmp_path):
     """--trace writes one more step's timeline; the gap summary refuses a trace without kernels by
     naming the file."""
     import json
-    import subprocess
     import sys
     trace = tmp_path / "step.json"
     r = run(megafold_bin, "dev", "block", "--n", "12", "--steps", "1", "--warmup", "0", "--device", "cpu",
@@ -144,7 +143,6 @@ def test_trace_gaps_charges_idle_time_to_the_launching_operator(source_dir, tmp_
     """A synthetic step: a runtime launch inside a nested operator and a driver launch (as cuBLAS
     issues GEMMs); each gap is charged to the innermost operator around the launch after it."""
     import json
-    import subprocess
     import sys
 
     def op(name, ts, dur, tid=1):
