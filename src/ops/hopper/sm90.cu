@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <string>
@@ -104,6 +105,13 @@ void check_blocks_per_sm(const char* op, const char* name, const void* kernel, i
     warn_once(std::string(op) + name, std::string(op) + ": the " + name + " fits " + std::to_string(resident) +
                                           " block(s) per SM, not the " + std::to_string(want) +
                                           " its tiles assume; it runs slower");
+}
+
+unsigned persistent_blocks(int64_t tiles) {
+  int device = 0, sms = 0;
+  MF_CUDA_CHECK(cudaGetDevice(&device));
+  MF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return static_cast<unsigned>(std::min<int64_t>(tiles, sms));
 }
 
 }  // namespace megafold::ops::sm90

@@ -14,7 +14,8 @@
 //             The next chunk's a, b are issued together with this chunk's y product, so the
 //             tensor cores hold work while the warpgroup computes its next gate (and the other
 //             warpgroup covers the rest). y leaves through the A tile and TMA stores.
-//   backward  a block per tile, thread 0 refilling the ring; the same rows, and dy by TMA; per
+//   backward  persistent as well (the ring and each warpgroup's dy run on into the next tile
+//             during this one's last chunk and epilogue); the same rows, and dy by TMA; per
 //             chunk a, b and dh = dy w_out[:, chunk] (w_out's panels read MN-major), then h,
 //             da and db in registers: they leave through staging tiles and TMA stores for the
 //             weight gradients, while
@@ -27,7 +28,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 
 #include "core/check.h"
 #include "core/cuda_check.h"
@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #if defined(MEGAFOLD_SM90A_DEVICE)
   const SwigluTransitionParams& p = bp.f;
   extern __shared__ unsigned char raw[];
-  __shared__ Ring<Tr::kBackwardStages> ring;
-  __shared__ uint64_t dy_full;
+  __shared__ SelfFilledRing<Tr::kBackwardStages, Tr::kWarpgroups> ring;
+  __shared__ uint64_t dy_full[Tr::kWarpgroups];  // per warpgroup: its rows of dy, once per tile
   __shared__ float stats[Tr::kWarpgroups][128];  // per warpgroup: mean of rows 0..63, then rstd
   unsigned char* a_s = aligned_1024(raw);                            // [warpgroup][2 panels]
   unsigned char* dy_s = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;      // [warpgroup][2 panels]
@@ -240,37 +240,36 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const bool leader = threadIdx.x % 128 == 0;
-  const int64_t block_row = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows;
-  const int64_t row0 = block_row + wg * 64;
   const int chunks = static_cast<int>(p.h / Tr::kChunk);
+  // This block's row tiles: blockIdx.x, + gridDim.x, ...; the ring's steps run through every
+  // chunk of every one of them.
+  const int64_t tiles = (p.M + Tr::kBlockRows - 1) / Tr::kBlockRows;
+  const int steps = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * chunks;
   if (threadIdx.x == 0) {
-    ring.init(Tr::kThreads);
-    barrier_init(&dy_full, 1);
+    ring.init();
+    for (int w = 0; w < Tr::kWarpgroups; ++w) barrier_init(&dy_full[w], 1);
     barrier_init_fence();
   }
   __syncthreads();
-  auto load = [&](int j) {
-    const int s = ring.acquire(j, Tr::kSlot);
-    load_weights(slots + s * Tr::kSlot, maps, ring.filled(s), p.h, j);
+  auto load = [&](int step) {
+    const int s = ring.arm(step, Tr::kSlot);
+    load_weights(slots + s * Tr::kSlot, maps, ring.filled(s), p.h, step % chunks);
   };
-  if (threadIdx.x == 0) {
-    barrier_expect_bytes(&dy_full, Tr::kWarpgroups * 2 * Tr::kPanel);
-    for (int w = 0; w < Tr::kWarpgroups; ++w)
-      for (int half = 0; half < 2; ++half)
-        tma_load_2d(dy_s + (2 * w + half) * Tr::kPanel, &maps.y, &dy_full, 64 * half, static_cast<int>(block_row + 64 * w));
-    for (int j = 0; j < Tr::kBackwardStages && j < chunks; ++j) load(j);
-  }
+  unsigned char* dy_tile = dy_s + wg * 2 * Tr::kPanel;
+  // The warpgroup's 64 rows of dy in the tile starting at block_row (its leader issues them).
+  auto load_dy = [&](int64_t block_row) {
+    barrier_expect_bytes(&dy_full[wg], 2 * Tr::kPanel);
+    for (int half = 0; half < 2; ++half)
+      tma_load_2d(dy_tile + half * Tr::kPanel, &maps.y, &dy_full[wg], 64 * half, static_cast<int>(block_row + 64 * wg));
+  };
+  if (threadIdx.x == 0)
+    for (int step = 0; step < Tr::kBackwardStages && step < steps; ++step) load(step);
+  if (leader) load_dy(static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows);
 
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
   float* st = stats[wg];
-  layer_norm_rows<Tin, T, RowStats::kWrite>(a_tile, static_cast<const Tin*>(p.x), p.M, row0, p.ln_w, p.ln_b, p.eps,
-                                            bp.mean, bp.rstd, st);
-  fence_async_shared();
-  named_barrier(1 + wg, 128);
-  barrier_wait(&dy_full, 0);
-
+  const Tin* x = static_cast<const Tin*>(p.x);
   const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
-  const unsigned char* dy_tile = dy_s + wg * 2 * Tr::kPanel;
   const uint64_t dy_lo = smem_desc<128>(dy_tile), dy_hi = smem_desc<128>(dy_tile + Tr::kPanel);
   unsigned char* staging = st_s + wg * 3 * Tr::kPanel;  // h, da, db of the chunk
   // dx_acc[nh] = dxhat' columns 64 nh .. +63.
@@ -281,97 +280,115 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     issue_row_projections<T>(acc_a, acc_b, a_lo, a_hi, slot, slot + 2 * Tr::kPanel);
   };
   uint32_t da_f[4][4], db_f[4][4];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) dx_acc[0][i] = dx_acc[1][i] = acc_a[i] = acc_b[i] = acc_dh[i] = 0.f;
-  for (int j = 0; j < chunks; ++j) {
-    const int s = ring.wait(j);
-    const unsigned char* slot = slots + s * Tr::kSlot;
-    wgmma_fence();
-    issue_projection(slot);
-    // dh = dy w_out[:, chunk]: w_out's two panels are one 128-row tile read MN-major (rows
-    // along the reduction over c).
-    const uint64_t wo = smem_desc<128>(slot + 4 * Tr::kPanel);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wgmma_64x64_ss<T, 0, 1>(acc_dh, desc_add(ks < 4 ? dy_lo : dy_hi, 32 * (ks % 4)), desc_add(wo, 2048 * ks), ks > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(acc_a);
-    fence_registers(acc_b);
-    fence_registers(acc_dh);
+  // The warpgroup's rows of the tile starting at block_row, into L2 ahead of plain loads.
+  auto prefetch_rows = [&](const Tin* rows, int64_t block_row) {
+    if (!leader || block_row + 64 * wg >= p.M) return;
+    const int64_t first = block_row + 64 * wg, n = p.M - first < 64 ? p.M - first : 64;
+    prefetch_l2(rows + first * Tr::kC, static_cast<uint32_t>(n * Tr::kC * sizeof(Tin)));
+  };
 
-    // The previous chunk's stores have read the staging tiles.
-    if (leader) tma_store_wait_read<0>();
+  int step = 0, round = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {
+    const int64_t block_row = tile * Tr::kBlockRows, row0 = block_row + wg * 64;
+    const int64_t next_row = block_row + static_cast<int64_t>(gridDim.x) * Tr::kBlockRows;
+    prefetch_rows(x, next_row);  // the next tile's LayerNorm reads them
+    // The previous tile's epilogue has read the statistics this LayerNorm overwrites.
     named_barrier(1 + wg, 128);
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      float hv[2], da[2], db[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float a = acc_a[i + e], b = acc_b[i + e], dh = acc_dh[i + e];
-        const float sg = sigmoid(a), silu = a * sg;
-        hv[e] = silu * b;
-        da[e] = dh * b * sg * (1.f + a * (1.f - sg));
-        db[e] = dh * silu;
-      }
-      to_fragment<T>(da_f, i, da[0], da[1]);
-      to_fragment<T>(db_f, i, db[0], db[1]);
-      const int r = 16 * warp + g + 8 * ((i / 2) % 2), c = i / 4;
-      *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) = pack2<T>(hv[0], hv[1]);
-      *reinterpret_cast<uint32_t*>(staging + Tr::kPanel + swizzled_pair(r, c, t)) = da_f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2];
-      *reinterpret_cast<uint32_t*>(staging + 2 * Tr::kPanel + swizzled_pair(r, c, t)) = db_f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2];
-    }
+    layer_norm_rows<Tin, T, RowStats::kWrite>(a_tile, x, p.M, row0, p.ln_w, p.ln_b, p.eps, bp.mean, bp.rstd, st);
     fence_async_shared();
     named_barrier(1 + wg, 128);
-    if (leader) {
-      const int hcol = j * Tr::kChunk, r = static_cast<int>(row0);
-      tma_store_2d(&maps.h, staging, hcol, r);
-      tma_store_2d(&maps.dab, staging + Tr::kPanel, hcol, r);
-      tma_store_2d(&maps.dab, staging + 2 * Tr::kPanel, static_cast<int>(p.h) + hcol, r);
-      tma_store_commit();
-    }
-
-    // dxhat' += da w_in[a rows] + db w_in[b rows]: each panel (64 hidden rows x 64 columns of
-    // c) read MN-major, its rows along the reduction over the chunk.
-    fence_registers(dx_acc[0]);  // their zeros are set before the products start
-    fence_registers(dx_acc[1]);
-    wgmma_fence();
-    issue_dx_products<T>(dx_acc, da_f, db_f, slot, slot + 2 * Tr::kPanel);
-    // Waited for here rather than under the next chunk's products: ptxas serialises every
-    // wgmma of the kernel when these stay in flight across the staging code (C7515).
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(da_f);
-    fence_registers(db_f);
-    fence_registers(dx_acc[0]);
-    fence_registers(dx_acc[1]);
-    ring.release(s);
-    if (threadIdx.x == 0 && j + Tr::kBackwardStages < chunks) load(j + Tr::kBackwardStages);
-    // The residual gradient's rows, read by plain loads in the epilogue: into L2 two chunks ahead.
-    if (threadIdx.x == 0 && bp.dx_add != nullptr && j == (chunks > 3 ? chunks - 3 : 0) && block_row < p.M) {
-      const int64_t rows = p.M - block_row < Tr::kBlockRows ? p.M - block_row : Tr::kBlockRows;
-      prefetch_l2(static_cast<const Tin*>(bp.dx_add) + block_row * Tr::kC,
-                  static_cast<uint32_t>(rows * Tr::kC * sizeof(Tin)));
-    }
-  }
-
-  // LayerNorm backward of rows 16 warp + g + 8 hh, xhat from x again (L2-resident since
-  // the prologue read it).
-  const Tin* x = static_cast<const Tin*>(p.x);
-  int64_t rows[2];
-  float mean[2], rstd[2];
+    barrier_wait(&dy_full[wg], round & 1);
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = 16 * warp + g + 8 * hh;
-    rows[hh] = row0 + r;
-    mean[hh] = st[r];
-    rstd[hh] = st[64 + r];
+    for (int i = 0; i < 32; ++i) dx_acc[0][i] = dx_acc[1][i] = acc_a[i] = acc_b[i] = acc_dh[i] = 0.f;
+    for (int j = 0; j < chunks; ++j, ++step) {
+      const int s = ring.wait(step);
+      const unsigned char* slot = slots + s * Tr::kSlot;
+      wgmma_fence();
+      issue_projection(slot);
+      // dh = dy w_out[:, chunk]: w_out's two panels are one 128-row tile read MN-major (rows
+      // along the reduction over c).
+      const uint64_t wo = smem_desc<128>(slot + 4 * Tr::kPanel);
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks)
+        wgmma_64x64_ss<T, 0, 1>(acc_dh, desc_add(ks < 4 ? dy_lo : dy_hi, 32 * (ks % 4)), desc_add(wo, 2048 * ks), ks > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(acc_a);
+      fence_registers(acc_b);
+      fence_registers(acc_dh);
+
+      // The previous chunk's stores have read the staging tiles.
+      if (leader) tma_store_wait_read<0>();
+      named_barrier(1 + wg, 128);
+      // After the last chunk's dh the warpgroup is done with this tile's dy: the next one's
+      // comes in under the rest of this tile.
+      if (leader && j == chunks - 1 && next_row < p.M) load_dy(next_row);
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        float hv[2], da[2], db[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float a = acc_a[i + e], b = acc_b[i + e], dh = acc_dh[i + e];
+          const float sg = sigmoid(a), silu = a * sg;
+          hv[e] = silu * b;
+          da[e] = dh * b * sg * (1.f + a * (1.f - sg));
+          db[e] = dh * silu;
+        }
+        to_fragment<T>(da_f, i, da[0], da[1]);
+        to_fragment<T>(db_f, i, db[0], db[1]);
+        const int r = 16 * warp + g + 8 * ((i / 2) % 2), c = i / 4;
+        *reinterpret_cast<uint32_t*>(staging + swizzled_pair(r, c, t)) = pack2<T>(hv[0], hv[1]);
+        *reinterpret_cast<uint32_t*>(staging + Tr::kPanel + swizzled_pair(r, c, t)) = da_f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2];
+        *reinterpret_cast<uint32_t*>(staging + 2 * Tr::kPanel + swizzled_pair(r, c, t)) = db_f[i / 8][((i / 4) % 2) * 2 + (i / 2) % 2];
+      }
+      fence_async_shared();
+      named_barrier(1 + wg, 128);
+      if (leader) {
+        const int hcol = j * Tr::kChunk, r = static_cast<int>(row0);
+        tma_store_2d(&maps.h, staging, hcol, r);
+        tma_store_2d(&maps.dab, staging + Tr::kPanel, hcol, r);
+        tma_store_2d(&maps.dab, staging + 2 * Tr::kPanel, static_cast<int>(p.h) + hcol, r);
+        tma_store_commit();
+      }
+
+      // dxhat' += da w_in[a rows] + db w_in[b rows]: each panel (64 hidden rows x 64 columns of
+      // c) read MN-major, its rows along the reduction over the chunk.
+      fence_registers(dx_acc[0]);  // their zeros are set before the products start
+      fence_registers(dx_acc[1]);
+      wgmma_fence();
+      issue_dx_products<T>(dx_acc, da_f, db_f, slot, slot + 2 * Tr::kPanel);
+      // Waited for here rather than under the next chunk's products: ptxas serialises every
+      // wgmma of the kernel when these stay in flight across the staging code (C7515).
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(da_f);
+      fence_registers(db_f);
+      fence_registers(dx_acc[0]);
+      fence_registers(dx_acc[1]);
+      // The last warpgroup done with the slot refills it for the step kBackwardStages ahead.
+      if (ring.release(s, wg) && step + Tr::kBackwardStages < steps) load(step + Tr::kBackwardStages);
+      // The residual gradient's rows, read by plain loads in the epilogue: into L2 two chunks ahead.
+      if (bp.dx_add != nullptr && j == (chunks > 3 ? chunks - 3 : 0))
+        prefetch_rows(static_cast<const Tin*>(bp.dx_add), block_row);
+    }
+
+    // LayerNorm backward of rows 16 warp + g + 8 hh, xhat from x again (L2-resident since
+    // the prologue read it).
+    int64_t rows[2];
+    float mean[2], rstd[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = 16 * warp + g + 8 * hh;
+      rows[hh] = row0 + r;
+      mean[hh] = st[r];
+      rstd[hh] = st[64 + r];
+    }
+    auto xhat = [&](int hh, int col) {
+      const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
+      return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
+    };
+    store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, p.M, bp.dx, bp.dx_add);
   }
-  auto xhat = [&](int hh, int col) {
-    const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
-    return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
-  };
-  store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, p.M, bp.dx, bp.dx_add);
   if (leader) tma_store_wait_all();
 #endif
 }
@@ -390,14 +407,8 @@ dim3 grid_rows(int64_t M) {
   return dim3(static_cast<unsigned>((M + Tr::kBlockRows - 1) / Tr::kBlockRows));
 }
 
-// One block per multiprocessor (the forward's shared memory allows no second), each looping
-// over row tiles.
-dim3 persistent_grid(int64_t M) {
-  int device = 0, sms = 0;
-  MF_CUDA_CHECK(cudaGetDevice(&device));
-  MF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return dim3(std::min(grid_rows(M).x, static_cast<unsigned>(sms)));
-}
+// One block per multiprocessor (the shared memory allows no second), each looping over row tiles.
+dim3 persistent_grid(int64_t M) { return dim3(sm90::persistent_blocks(grid_rows(M).x)); }
 
 template <typename Kernel, typename... Args>
 void launch(const char* name, Kernel kernel, dim3 grid, int smem, cudaStream_t stream, Args... args) {
@@ -429,7 +440,7 @@ void swiglu_transition_backward_wgmma(const SwigluTransitionBackwardParams& bp, 
   maps.h = sm90::rows_map(p.dtype, bp.h, p.M, p.h, "swiglu_transition's hidden layer");
   maps.dab = sm90::rows_map(p.dtype, bp.dab, p.M, 2 * p.h, "swiglu_transition's projection gradient");
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
-    launch("sm_90a backward kernel", tma_wgmma_backward_kernel<decltype(tin), decltype(t)>, grid_rows(p.M),
+    launch("sm_90a backward kernel", tma_wgmma_backward_kernel<decltype(tin), decltype(t)>, persistent_grid(p.M),
            Tr::kBackwardSmem, static_cast<cudaStream_t>(stream), maps, bp);
   });
 }

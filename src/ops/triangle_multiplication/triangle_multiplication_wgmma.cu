@@ -2,10 +2,12 @@
 // from z and the gradients of a, b and the output gate to the projection's gradient and dz
 // (see TrimulProjectionBackwardParams in triangle_multiplication_cuda.h).
 //
-// Block = 128 rows, two warpgroups of 64 rows each; thread 0 keeps a ring of slots filled
-// (weight rows from L2, the incoming gradients' tiles from DRAM), one block per SM. The rows are
-// LayerNorm'd once into shared memory (the A operand) from the forward's statistics. Per 64
-// channels of one operand:
+// Persistent: one block per SM loops over tiles of 128 rows (two warpgroups of 64 rows each);
+// its ring of slots (weight rows from L2, the incoming gradients' tiles from DRAM) runs on
+// across tiles, refilled by the last warpgroup done with a slot, so the next tile's first
+// slots arrive during this tile's last steps and its epilogue. The rows are LayerNorm'd once
+// into shared memory (the A operand) from the forward's statistics. Per 64 channels of one
+// operand:
 //   p, g  = A w[p rows]^T, A w[g rows]^T   m64n64k16 x 16, in the forward's k order: once
 //                                           rounded, the forward's bits
 //   d     = d operand * mask               the slot's 64 channels x 64 rows tile of da or db,
@@ -53,7 +55,7 @@ struct Traits {
   static constexpr int kSlot = kSlotPanels * kPanel;
   static constexpr int kStages = 3;
   // The LayerNorm'd rows (two panels per warpgroup), staging for dp and dg (two per warpgroup)
-  // and the ring: 209 KB, one block per SM.
+  // and the ring: 209 KB, one block per SM (the grid: one block per SM, each looping over tiles).
   static constexpr int kSmem = kWarpgroups * 4 * kPanel + kStages * kSlot + 1024;
   static_assert(kSmem <= 227 * 1024, "shared memory per block");
 };
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tma_wgmma_projection_backward_kernel(const __grid_constant__ Maps maps, const TrimulProjectionBackwardParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   extern __shared__ unsigned char raw[];
-  __shared__ Ring<Tr::kStages> ring;
+  __shared__ SelfFilledRing<Tr::kStages, Tr::kWarpgroups> ring;
   unsigned char* a_s = aligned_1024(raw);                          // [warpgroup][2 panels]
   unsigned char* st_s = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;    // [warpgroup][dp, dg]
   unsigned char* slots = st_s + Tr::kWarpgroups * 2 * Tr::kPanel;  // [slot][kSlotPanels]
@@ -94,20 +96,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const bool leader = threadIdx.x % 128 == 0;
   const int64_t M = p.batch * p.plane;
-  const int64_t block_row = static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows;
-  const int64_t row0 = block_row + wg * 64;
   const int c = static_cast<int>(p.c), c_tiles = c / Tr::kChunk;
-  const int operand_steps = 2 * c_tiles, steps = operand_steps + static_cast<int>(p.c_gate) / Tr::kChunk;
+  // Steps of one tile: j < operand_steps is channel tile j % c_tiles of operand j / c_tiles (a,
+  // then b); after them the output gate's column tiles. The ring counts steps across this
+  // block's tiles blockIdx.x, + gridDim.x, ...
+  const int operand_steps = 2 * c_tiles, tile_steps = operand_steps + static_cast<int>(p.c_gate) / Tr::kChunk;
+  const int64_t tiles = (M + Tr::kBlockRows - 1) / Tr::kBlockRows;
+  const int steps = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * tile_steps;
+  auto tile_row = [&](int step) {
+    return (blockIdx.x + static_cast<int64_t>(step / tile_steps) * gridDim.x) * Tr::kBlockRows;
+  };
   if (threadIdx.x == 0) {
-    ring.init(Tr::kThreads);
+    ring.init();
     barrier_init_fence();
   }
   __syncthreads();
-  // Step j < operand_steps: channel tile j % c_tiles of operand j / c_tiles (a, then b); after
-  // them the output gate's column tiles. Tiles past M arrive as zeros (and are never stored).
-  auto load = [&](int j) {
+  // Tiles past M arrive as zeros (and are never stored).
+  auto load = [&](int step) {
+    const int j = step % tile_steps;
+    const int64_t block_row = tile_row(step);
     const bool operand = j < operand_steps;
-    const int s = ring.acquire(j, (operand ? Tr::kSlotPanels : 2 + Tr::kWarpgroups) * Tr::kPanel);
+    const int s = ring.arm(step, (operand ? Tr::kSlotPanels : 2 + Tr::kWarpgroups) * Tr::kPanel);
     unsigned char* slot = slots + s * Tr::kSlot;
     const int g_row = operand ? (2 + j / c_tiles) * c + (j % c_tiles) * Tr::kChunk
                               : 4 * c + (j - operand_steps) * Tr::kChunk;
@@ -132,23 +141,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   };
   if (threadIdx.x == 0)
-    for (int j = 0; j < Tr::kStages && j < steps; ++j) load(j);
+    for (int step = 0; step < Tr::kStages && step < steps; ++step) load(step);
 
-  // The warpgroup's rows LayerNorm'd into its A tile from the forward's statistics (the same bits).
   unsigned char* a_tile = a_s + wg * 2 * Tr::kPanel;
   const Tin* x = static_cast<const Tin*>(p.x);
-  layer_norm_rows<Tin, T, RowStats::kGiven>(a_tile, x, M, row0, p.ln_w, p.ln_b, 0.f, p.mean, p.rstd);
-  fence_async_shared();  // wgmma reads the tile through the async proxy
-  named_barrier(1 + wg, 128);
-
-  // This thread's rows 16 warp + g + 8 h: their mask values.
-  int64_t rows[2];
-  float mask[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    rows[h] = row0 + 16 * warp + g + 8 * h;
-    mask[h] = p.mask != nullptr && rows[h] < M ? p.mask[rows[h]] : 1.f;
-  }
   const uint64_t a_lo = smem_desc<128>(a_tile), a_hi = smem_desc<128>(a_tile + Tr::kPanel);
   unsigned char* staging = st_s + wg * 2 * Tr::kPanel;  // dp, dg of the step
   int d_at[4];
@@ -156,112 +152,136 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // dx_acc[nh] = dxhat' columns 64 nh .. +63.
   float acc_p[32], acc_g[32], dx_acc[2][32];
   uint32_t dp_f[4][4], dg_f[4][4];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) dx_acc[0][i] = dx_acc[1][i] = acc_p[i] = acc_g[i] = 0.f;
-
-  // The step's gradient tiles leave through the staging tiles (whose previous stores must have
-  // read them) by TMA, at dproj columns col_p (dp, when has_p) and col_g (dg).
-  auto store_step = [&](bool has_p, int col_p, int col_g) {
-    fence_async_shared();
-    named_barrier(1 + wg, 128);
-    if (leader) {
-      if (has_p) tma_store_2d(&maps.dproj, staging, col_p, static_cast<int>(row0));
-      tma_store_2d(&maps.dproj, staging + Tr::kPanel, col_g, static_cast<int>(row0));
-      tma_store_commit();
-    }
-  };
-  // dxhat' += dp w[p rows] (with has_p) + dg w[g rows]: A from registers, each two-panel weight
-  // tile read MN-major (its rows run along the reduction over the step's 64 columns). Waited
-  // for; then the slot goes back to thread 0, which refills it kStages steps ahead.
-  auto accumulate_dx = [&](const unsigned char* slot, int s, int j, bool has_p) {
-    fence_registers(dx_acc[0]);
-    fence_registers(dx_acc[1]);
-    wgmma_fence();
-    if (has_p) issue_dx_products<T>(dx_acc, dp_f, dg_f, slot, slot + 2 * Tr::kPanel);
-    else issue_dx_product<T>(dx_acc, dg_f, slot + 2 * Tr::kPanel);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(dp_f);
-    fence_registers(dg_f);
-    fence_registers(dx_acc[0]);
-    fence_registers(dx_acc[1]);
-    ring.release(s);
-    if (threadIdx.x == 0 && j + Tr::kStages < steps) load(j + Tr::kStages);
-    // The residual gradient's rows, read by plain loads at the end: into L2 two steps ahead.
-    if (threadIdx.x == 0 && p.dx_add != nullptr && j == (steps > 3 ? steps - 3 : 0) && block_row < M) {
-      const int64_t n = M - block_row < Tr::kBlockRows ? M - block_row : Tr::kBlockRows;
-      prefetch_l2(static_cast<const Tin*>(p.dx_add) + block_row * Tr::kC,
-                  static_cast<uint32_t>(n * Tr::kC * sizeof(Tin)));
-    }
+  // The warpgroup's rows of the tile starting at block_row, into L2 (the LayerNorm's plain loads).
+  auto prefetch_rows = [&](const Tin* rows, int64_t block_row) {
+    if (!leader || block_row + 64 * wg >= M) return;
+    const int64_t first = block_row + 64 * wg, n = M - first < 64 ? M - first : 64;
+    prefetch_l2(rows + first * Tr::kC, static_cast<uint32_t>(n * Tr::kC * sizeof(Tin)));
   };
 
-  for (int j = 0; j < operand_steps; ++j) {
-    const int s = ring.wait(j);
-    const unsigned char* slot = slots + s * Tr::kSlot;
-    wgmma_fence();
-    issue_row_projections<T>(acc_p, acc_g, a_lo, a_hi, slot, slot + 2 * Tr::kPanel);
-    wgmma_commit();
-    uint32_t d[16];  // d operand: pairs of channels 8c + 2t, + 1 of row h at d[2c + h]
-    load_tile_transposed(d, slot + (4 + wg) * Tr::kPanel, d_at);
-    wgmma_wait<0>();
-    fence_registers(acc_p);
-    fence_registers(acc_g);
-    if (leader) tma_store_wait_read<0>();
-    named_barrier(1 + wg, 128);
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      const int h = (i / 2) % 2, cc = i / 4;
-      const float2 pv = rounded<T>(acc_p[i], acc_p[i + 1]), gv = rounded<T>(acc_g[i], acc_g[i + 1]);
-      const float2 dv = unpack2<T>(d[2 * cc + h]);
-      const float2 g0 = trimul_operand_gradients(dv.x * mask[h], pv.x, gv.x);
-      const float2 g1 = trimul_operand_gradients(dv.y * mask[h], pv.y, gv.y);
-      to_fragment<T>(dp_f, i, g0.x, g1.x);
-      to_fragment<T>(dg_f, i, g0.y, g1.y);
-      const int at = swizzled_pair(16 * warp + g + 8 * h, cc, t), k = ((i / 4) % 2) * 2 + h;
-      *reinterpret_cast<uint32_t*>(staging + at) = dp_f[i / 8][k];
-      *reinterpret_cast<uint32_t*>(staging + Tr::kPanel + at) = dg_f[i / 8][k];
-    }
-    const int col_p = (j / c_tiles) * c + (j % c_tiles) * Tr::kChunk;
-    store_step(true, col_p, col_p + 2 * c);
-    accumulate_dx(slot, s, j, true);
-  }
-  for (int j = operand_steps; j < steps; ++j) {
-    const int s = ring.wait(j);
-    const unsigned char* slot = slots + s * Tr::kSlot;
-    wgmma_fence();
-    issue_row_projection<T>(acc_g, a_lo, a_hi, slot + 2 * Tr::kPanel);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(acc_g);
-    if (leader) tma_store_wait_read<0>();
-    named_barrier(1 + wg, 128);
-    const unsigned char* dgate = slot + (4 + wg) * Tr::kPanel;  // rows x columns, like the staging
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      const int h = (i / 2) % 2, cc = i / 4;
-      const int at = swizzled_pair(16 * warp + g + 8 * h, cc, t);
-      const float2 gv = rounded<T>(acc_g[i], acc_g[i + 1]);
-      const float2 dv = unpack2<T>(*reinterpret_cast<const uint32_t*>(dgate + at));
-      to_fragment<T>(dg_f, i, trimul_gate_gradient(dv.x, gv.x), trimul_gate_gradient(dv.y, gv.y));
-      *reinterpret_cast<uint32_t*>(staging + Tr::kPanel + at) = dg_f[i / 8][((i / 4) % 2) * 2 + h];
-    }
-    store_step(false, 0, 4 * c + (j - operand_steps) * Tr::kChunk);
-    accumulate_dx(slot, s, j, false);
-  }
+  int step = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t block_row = tile * Tr::kBlockRows, row0 = block_row + wg * 64;
+    // The next tile's rows are read by this one's successor: into L2 under this tile's steps.
+    prefetch_rows(x, block_row + static_cast<int64_t>(gridDim.x) * Tr::kBlockRows);
 
-  // LayerNorm backward of this thread's rows, xhat from x again (L2-resident since the
-  // prologue read it).
-  float mean[2], rstd[2];
+    // The warpgroup's rows LayerNorm'd into its A tile from the forward's statistics (the same
+    // bits). The previous tile's products reading it were all waited for.
+    layer_norm_rows<Tin, T, RowStats::kGiven>(a_tile, x, M, row0, p.ln_w, p.ln_b, 0.f, p.mean, p.rstd);
+    fence_async_shared();  // wgmma reads the tile through the async proxy
+    named_barrier(1 + wg, 128);
+
+    // This thread's rows 16 warp + g + 8 h: their mask values.
+    int64_t rows[2];
+    float mask[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    mean[h] = rows[h] < M ? p.mean[rows[h]] : 0.f;
-    rstd[h] = rows[h] < M ? p.rstd[rows[h]] : 0.f;
+    for (int h = 0; h < 2; ++h) {
+      rows[h] = row0 + 16 * warp + g + 8 * h;
+      mask[h] = p.mask != nullptr && rows[h] < M ? p.mask[rows[h]] : 1.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dx_acc[0][i] = dx_acc[1][i] = acc_p[i] = acc_g[i] = 0.f;
+
+    // The step's gradient tiles leave through the staging tiles (whose previous stores must
+    // have read them) by TMA, at dproj columns col_p (dp, when has_p) and col_g (dg).
+    auto store_step = [&](bool has_p, int col_p, int col_g) {
+      fence_async_shared();
+      named_barrier(1 + wg, 128);
+      if (leader) {
+        if (has_p) tma_store_2d(&maps.dproj, staging, col_p, static_cast<int>(row0));
+        tma_store_2d(&maps.dproj, staging + Tr::kPanel, col_g, static_cast<int>(row0));
+        tma_store_commit();
+      }
+    };
+    // dxhat' += dp w[p rows] (with has_p) + dg w[g rows]: A from registers, each two-panel
+    // weight tile read MN-major (its rows run along the reduction over the step's 64 columns).
+    // Waited for; then the last warpgroup done with the slot refills it kStages steps ahead.
+    auto accumulate_dx = [&](const unsigned char* slot, int s, int j, bool has_p) {
+      fence_registers(dx_acc[0]);
+      fence_registers(dx_acc[1]);
+      wgmma_fence();
+      if (has_p) issue_dx_products<T>(dx_acc, dp_f, dg_f, slot, slot + 2 * Tr::kPanel);
+      else issue_dx_product<T>(dx_acc, dg_f, slot + 2 * Tr::kPanel);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(dp_f);
+      fence_registers(dg_f);
+      fence_registers(dx_acc[0]);
+      fence_registers(dx_acc[1]);
+      if (ring.release(s, wg) && step + Tr::kStages < steps) load(step + Tr::kStages);
+      // The residual gradient's rows, read by plain loads at the end: into L2 two steps ahead.
+      if (p.dx_add != nullptr && j == (tile_steps > 3 ? tile_steps - 3 : 0))
+        prefetch_rows(static_cast<const Tin*>(p.dx_add), block_row);
+    };
+
+    for (int j = 0; j < operand_steps; ++j, ++step) {
+      const int s = ring.wait(step);
+      const unsigned char* slot = slots + s * Tr::kSlot;
+      wgmma_fence();
+      issue_row_projections<T>(acc_p, acc_g, a_lo, a_hi, slot, slot + 2 * Tr::kPanel);
+      wgmma_commit();
+      uint32_t d[16];  // d operand: pairs of channels 8c + 2t, + 1 of row h at d[2c + h]
+      load_tile_transposed(d, slot + (4 + wg) * Tr::kPanel, d_at);
+      wgmma_wait<0>();
+      fence_registers(acc_p);
+      fence_registers(acc_g);
+      if (leader) tma_store_wait_read<0>();
+      named_barrier(1 + wg, 128);
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int h = (i / 2) % 2, cc = i / 4;
+        const float2 pv = rounded<T>(acc_p[i], acc_p[i + 1]), gv = rounded<T>(acc_g[i], acc_g[i + 1]);
+        const float2 dv = unpack2<T>(d[2 * cc + h]);
+        const float2 g0 = trimul_operand_gradients(dv.x * mask[h], pv.x, gv.x);
+        const float2 g1 = trimul_operand_gradients(dv.y * mask[h], pv.y, gv.y);
+        to_fragment<T>(dp_f, i, g0.x, g1.x);
+        to_fragment<T>(dg_f, i, g0.y, g1.y);
+        const int at = swizzled_pair(16 * warp + g + 8 * h, cc, t), k = ((i / 4) % 2) * 2 + h;
+        *reinterpret_cast<uint32_t*>(staging + at) = dp_f[i / 8][k];
+        *reinterpret_cast<uint32_t*>(staging + Tr::kPanel + at) = dg_f[i / 8][k];
+      }
+      const int col_p = (j / c_tiles) * c + (j % c_tiles) * Tr::kChunk;
+      store_step(true, col_p, col_p + 2 * c);
+      accumulate_dx(slot, s, j, true);
+    }
+    for (int j = operand_steps; j < tile_steps; ++j, ++step) {
+      const int s = ring.wait(step);
+      const unsigned char* slot = slots + s * Tr::kSlot;
+      wgmma_fence();
+      issue_row_projection<T>(acc_g, a_lo, a_hi, slot + 2 * Tr::kPanel);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(acc_g);
+      if (leader) tma_store_wait_read<0>();
+      named_barrier(1 + wg, 128);
+      const unsigned char* dgate = slot + (4 + wg) * Tr::kPanel;  // rows x columns, like the staging
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int h = (i / 2) % 2, cc = i / 4;
+        const int at = swizzled_pair(16 * warp + g + 8 * h, cc, t);
+        const float2 gv = rounded<T>(acc_g[i], acc_g[i + 1]);
+        const float2 dv = unpack2<T>(*reinterpret_cast<const uint32_t*>(dgate + at));
+        to_fragment<T>(dg_f, i, trimul_gate_gradient(dv.x, gv.x), trimul_gate_gradient(dv.y, gv.y));
+        *reinterpret_cast<uint32_t*>(staging + Tr::kPanel + at) = dg_f[i / 8][((i / 4) % 2) * 2 + h];
+      }
+      store_step(false, 0, 4 * c + (j - operand_steps) * Tr::kChunk);
+      accumulate_dx(slot, s, j, false);
+    }
+
+    // LayerNorm backward of this thread's rows, xhat from x again (L2-resident since the
+    // prologue read it).
+    float mean[2], rstd[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mean[h] = rows[h] < M ? p.mean[rows[h]] : 0.f;
+      rstd[h] = rows[h] < M ? p.rstd[rows[h]] : 0.f;
+    }
+    auto xhat = [&](int h, int col) {
+      const float2 v = rows[h] < M ? mma::load2(x + rows[h] * Tr::kC + col) : make_float2(0.f, 0.f);
+      return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
+    };
+    store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, M, p.dx, p.dx_add);
   }
-  auto xhat = [&](int h, int col) {
-    const float2 v = rows[h] < M ? mma::load2(x + rows[h] * Tr::kC + col) : make_float2(0.f, 0.f);
-    return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
-  };
-  store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, M, p.dx, p.dx_add);
   if (leader) tma_store_wait_all();
 #endif
 }
@@ -288,7 +308,7 @@ void trimul_projection_backward(const TrimulProjectionBackwardParams& p, void* s
   if (p.c_gate > 0)
     maps.dgate = sm90::rows_map(p.dtype, p.dgate, M, p.c_gate, "the gradient of triangle_multiplication's output gate");
   maps.dproj = sm90::rows_map(p.dtype, p.dproj, M, N, "triangle_multiplication's projection gradient");
-  const dim3 grid(static_cast<unsigned>((M + Tr::kBlockRows - 1) / Tr::kBlockRows));
+  const dim3 grid(sm90::persistent_blocks((M + Tr::kBlockRows - 1) / Tr::kBlockRows));
   const auto s = static_cast<cudaStream_t>(stream);
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     const auto kernel = tma_wgmma_projection_backward_kernel<decltype(tin), decltype(t)>;
