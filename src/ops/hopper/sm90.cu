@@ -107,11 +107,11 @@ void check_blocks_per_sm(const char* op, const char* name, const void* kernel, i
                                           " its tiles assume; it runs slower");
 }
 
-unsigned persistent_blocks(int64_t tiles) {
+unsigned persistent_blocks(int64_t tiles, int blocks_per_sm) {
   int device = 0, sms = 0;
   MF_CUDA_CHECK(cudaGetDevice(&device));
   MF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return static_cast<unsigned>(std::min<int64_t>(tiles, sms));
+  return static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sms} * blocks_per_sm));
 }
 
 }  // namespace megafold::ops::sm90

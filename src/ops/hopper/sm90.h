@@ -33,10 +33,10 @@ CUtensorMap rows_map(cuda::DType dtype, const void* ptr, int64_t rows, int64_t c
 // blocks of `threads` threads and `smem` bytes fit per SM, as the kernel's tiles assume.
 void check_blocks_per_sm(const char* op, const char* name, const void* kernel, int threads, int smem, int want);
 
-// The grid of a persistent kernel with one block per SM looping over `tiles` row tiles: one block
-// per SM of the current device, or one per tile when there are fewer tiles. Which block takes
-// which tile changes with the SM count; the kernels that use it keep each tile's arithmetic
-// within its block, so their results do not.
-unsigned persistent_blocks(int64_t tiles);
+// The grid of a persistent kernel whose blocks loop over `tiles` row tiles: `blocks_per_sm`
+// blocks per SM of the current device, or one per tile when there are fewer tiles. Which block
+// takes which tile changes with the SM count; the kernels that use it keep each tile's
+// arithmetic within its block, so their results do not.
+unsigned persistent_blocks(int64_t tiles, int blocks_per_sm = 1);
 
 }  // namespace megafold::ops::sm90
