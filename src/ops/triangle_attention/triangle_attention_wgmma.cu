@@ -65,18 +65,27 @@ struct Traits {
   static constexpr int kBiasFragments = kBlockM * kBlockN * 4;  // 64 x 64 floats in score order
   static constexpr int kMaskRow = kBlockN * 4;             // the key mask of one row r
   static constexpr int kStatRow = kBlockM * 8;             // (lse, delta) of 64 queries
-  static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+  __host__ __device__ static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
   // Ring depth: the deepest that keeps two blocks' shared memory within the SM's 228 KB.
   static constexpr int kStages = 3;
   // Forward and dQ: per step, the keys and values of every row, the shared bias tile (as
-  // fragments of floats), the key masks; resident: the queries (and dO) of every row.
-  // dQ's ring has 2 slots: with the bias as floats 3 do not fit twice per SM beside the
-  // resident queries and dO. Against 3 slots of the bias itself (the unpacking and scaling of
-  // every score that the floats save) it measured 1.13 against 1.20 ms at N = 768.
-  static constexpr int kGradStages = 2;
-  static constexpr int kKeyStage = align(2 * kRows * kTile + kBiasFragments + kRows * kMaskRow);
-  static constexpr int kForwardSmem = kRows * kTile + kStages * kKeyStage + 1024;  // + alignment slack
-  static constexpr int kGradSmem = 2 * kRows * kTile + kGradStages * kKeyStage + 1024;
+  // fragments of floats) and, with a mask, the key masks; resident: the queries (and dO) of
+  // every row. Their shared memory is dynamic only (resident tiles, slots, then the ring's
+  // barriers), so it starts on the block's 1024-byte aligned base and needs no alignment slack.
+  __host__ __device__ static constexpr int key_stage(bool mask) {
+    return align(2 * kRows * kTile + kBiasFragments + (mask ? kRows * kMaskRow : 0));
+  }
+  // dQ's ring: 3 slots fit twice per SM beside the resident queries and dO (112 KB a block)
+  // only without the mask rows and the slack; with a mask it has 2. (Against 3 slots of the
+  // bf16 bias tile, whose unpacking and scaling the floats save, 2 slots of floats measured 1.13
+  // against 1.20 ms at N = 768.)
+  __host__ __device__ static constexpr int key_loop_stages(bool grad, bool mask) { return grad && mask ? 2 : 3; }
+  __host__ __device__ static constexpr int key_loop_barriers(bool grad, bool mask) {
+    return (grad ? 2 : 1) * kRows * kTile + key_loop_stages(grad, mask) * key_stage(mask);
+  }
+  __host__ __device__ static constexpr int key_loop_smem(bool grad, bool mask) {
+    return key_loop_barriers(grad, mask) + 128;
+  }
   // dK/dV: per step, the queries, dO and statistics of every row and the shared bias tile;
   // resident: the keys and values of every row.
   // Its bias stays a bf16 tile, read transposed by ldmatrix: as floats it needs 2 slots too,
@@ -88,6 +97,10 @@ struct Traits {
   static constexpr int kRowStage = align(2 * kRows * kTile + 2 * kTile + kMaskRow);
   static constexpr int kRowSmem = kRows * kBiasFragments + kStages * kRowStage + 1024;
   static_assert(kBlockM == 64 && kBlockN == 64 && D == 32, "one instantiation");
+  // Two blocks per SM, each with the 1 KB the system reserves, within the SM's 228 KB.
+  static_assert(2 * (key_loop_smem(true, false) + 1024) <= 228 * 1024 &&
+                    2 * (key_loop_smem(true, true) + 1024) <= 228 * 1024,
+                "two dQ blocks per SM");
 };
 
 struct Maps {
@@ -332,16 +345,18 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     tma_wgmma_key_loop_kernel(const __grid_constant__ Maps maps, const TriangleAttentionParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   using Tr = Traits<D>;
-  constexpr int kStages = kGrad ? Tr::kGradStages : Tr::kStages;
-  constexpr int kStage = Tr::kKeyStage;
+  constexpr int kStages = Tr::key_loop_stages(kGrad, kMask);
+  constexpr int kStage = Tr::key_stage(kMask);
   constexpr int kBiasBytes = Tr::kBiasFragments;
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = aligned_1024(smem_raw);
+  extern __shared__ __align__(1024) unsigned char smem[];
   unsigned char* q_tiles = smem;                          // kRows tiles
   unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ only)
   unsigned char* stages = smem + (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile;
-  __shared__ KernelRing<kStages> ring;
-  __shared__ uint64_t resident;
+  auto& ring = *reinterpret_cast<KernelRing<kStages>*>(smem + Tr::key_loop_barriers(kGrad, kMask));
+  uint64_t& resident = *reinterpret_cast<uint64_t*>(&ring + 1);
+  // The swizzled tiles need 1024-byte alignment; the block's dynamic shared memory, with no
+  // static shared memory before it, starts there.
+  if (threadIdx.x == 0 && smem_u32(smem) % 1024 != 0) __trap();
   auto k_tile = [&](int s, int w) { return stages + s * kStage + w * Tr::kTile; };
   auto v_tile = [&](int s, int w) { return stages + s * kStage + (Tr::kRows + w) * Tr::kTile; };
   auto bias_tile = [&](int s) { return stages + s * kStage + 2 * Tr::kRows * Tr::kTile; };
@@ -894,10 +909,9 @@ void launch_key_loop(const TriangleAttentionParams& p, cudaStream_t stream) {
   check_grid(x, y, z);
   const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
   const char* name = kGrad ? "sm_90a dQ kernel" : "sm_90a forward kernel";
-  const int smem = kGrad ? Tr::kGradSmem : Tr::kForwardSmem;
   with_bias_and_mask(p, [&](auto bias, auto mask) {
     launch(name, tma_wgmma_key_loop_kernel<T, D, decltype(bias)::value, decltype(mask)::value, kGrad>, grid,
-           Tr::kThreads, smem, stream, maps, p);
+           Tr::kThreads, Tr::key_loop_smem(kGrad, decltype(mask)::value), stream, maps, p);
   });
 }
 
