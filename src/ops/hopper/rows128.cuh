@@ -2,8 +2,8 @@
 // Device pieces the Hopper kernels over rows of c = 128 share (layernorm_linear_wgmma.cu,
 // swiglu_transition_wgmma.cu, triangle_multiplication_wgmma.cu; triangle_attention_wgmma.cu
 // reads its transposed bias tiles with them): 128-byte-swizzled panel offsets, projections of
-// a LayerNorm'd row tile, accumulators as A fragments, a 16-bit tile read transposed, and the
-// LayerNorm backward on wgmma accumulators. CUDA sources only.
+// a LayerNorm'd row tile, accumulators as A fragments, a 16-bit tile read transposed, the
+// LayerNorm backward on wgmma accumulators, and L2 prefetches of row tiles. CUDA sources only.
 #include <cstdint>
 #include <type_traits>
 
@@ -19,6 +19,15 @@ __device__ __forceinline__ int swizzled(int r, int piece) { return r * 128 + (((
 
 // Byte offset of accumulator chunk c (columns 8c..8c+7), bytes 4t..4t+3, of row r.
 __device__ __forceinline__ int swizzled_pair(int r, int c, int t) { return r * 128 + ((c ^ (r % 8)) * 16) + 4 * t; }
+
+// The calling warpgroup's leader asks for rows row0 .. row0 + 63 of x [M, 128] (those below M)
+// in L2, ahead of plain loads of them (a later tile's LayerNorm, or an epilogue's addend).
+template <typename Tin>
+__device__ __forceinline__ void prefetch_rows_l2(const Tin* x, int64_t row0, int64_t M, bool leader) {
+  if (!leader || row0 >= M) return;
+  const int64_t n = M - row0 < 64 ? M - row0 : 64;
+  hopper::prefetch_l2(x + row0 * 128, static_cast<uint32_t>(n * 128 * sizeof(Tin)));
+}
 
 // Where layer_norm_rows gets the row statistics: computed, and kept (kNone) or written to
 // mean[row], rstd[row] for rows below M and, when `stats` is given, to stats[r], stats[64 + r]

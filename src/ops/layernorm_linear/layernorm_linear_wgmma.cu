@@ -153,15 +153,6 @@ __device__ __forceinline__ void load_x_rows(unsigned char* tile, const CUtensorM
 }
 
 // Four 16-bit values at 8-byte piece `piece` of row r of a two-panel (128-wide) tile.
-// The calling warpgroup's leader asks for rows row0 .. row0 + 63 of x (those below M) in L2,
-// ahead of a LayerNorm's plain loads.
-template <typename Tin>
-__device__ __forceinline__ void prefetch_rows_l2(const Tin* x, int64_t row0, int64_t M, bool leader) {
-  if (!leader || row0 >= M) return;
-  const int64_t n = M - row0 < 64 ? M - row0 : 64;
-  prefetch_l2(x + row0 * Tr::kK, static_cast<uint32_t>(n * Tr::kK * sizeof(Tin)));
-}
-
 template <typename T>
 __device__ __forceinline__ void store_piece(unsigned char* tile, int r, int lane, float a, float b, float c, float d) {
   *reinterpret_cast<uint2*>(tile + (lane / 16) * Tr::kPanel + swizzled(r, lane % 16)) =

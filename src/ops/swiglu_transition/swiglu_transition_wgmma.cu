@@ -280,18 +280,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     issue_row_projections<T>(acc_a, acc_b, a_lo, a_hi, slot, slot + 2 * Tr::kPanel);
   };
   uint32_t da_f[4][4], db_f[4][4];
-  // The warpgroup's rows of the tile starting at block_row, into L2 ahead of plain loads.
-  auto prefetch_rows = [&](const Tin* rows, int64_t block_row) {
-    if (!leader || block_row + 64 * wg >= p.M) return;
-    const int64_t first = block_row + 64 * wg, n = p.M - first < 64 ? p.M - first : 64;
-    prefetch_l2(rows + first * Tr::kC, static_cast<uint32_t>(n * Tr::kC * sizeof(Tin)));
-  };
 
   int step = 0, round = 0;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {
     const int64_t block_row = tile * Tr::kBlockRows, row0 = block_row + wg * 64;
     const int64_t next_row = block_row + static_cast<int64_t>(gridDim.x) * Tr::kBlockRows;
-    prefetch_rows(x, next_row);  // the next tile's LayerNorm reads them
+    prefetch_rows_l2(x, next_row + 64 * wg, p.M, leader);  // the next tile's LayerNorm reads them
     // The previous tile's epilogue has read the statistics this LayerNorm overwrites.
     named_barrier(1 + wg, 128);
     layer_norm_rows<Tin, T, RowStats::kWrite>(a_tile, x, p.M, row0, p.ln_w, p.ln_b, p.eps, bp.mean, bp.rstd, st);
@@ -369,7 +363,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (ring.release(s, wg) && step + Tr::kBackwardStages < steps) load(step + Tr::kBackwardStages);
       // The residual gradient's rows, read by plain loads in the epilogue: into L2 two chunks ahead.
       if (bp.dx_add != nullptr && j == (chunks > 3 ? chunks - 3 : 0))
-        prefetch_rows(static_cast<const Tin*>(bp.dx_add), block_row);
+        prefetch_rows_l2(static_cast<const Tin*>(bp.dx_add), row0, p.M, leader);
     }
 
     // LayerNorm backward of rows 16 warp + g + 8 hh, xhat from x again (L2-resident since

@@ -152,18 +152,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // dx_acc[nh] = dxhat' columns 64 nh .. +63.
   float acc_p[32], acc_g[32], dx_acc[2][32];
   uint32_t dp_f[4][4], dg_f[4][4];
-  // The warpgroup's rows of the tile starting at block_row, into L2 (the LayerNorm's plain loads).
-  auto prefetch_rows = [&](const Tin* rows, int64_t block_row) {
-    if (!leader || block_row + 64 * wg >= M) return;
-    const int64_t first = block_row + 64 * wg, n = M - first < 64 ? M - first : 64;
-    prefetch_l2(rows + first * Tr::kC, static_cast<uint32_t>(n * Tr::kC * sizeof(Tin)));
-  };
 
   int step = 0;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t block_row = tile * Tr::kBlockRows, row0 = block_row + wg * 64;
     // The next tile's rows are read by this one's successor: into L2 under this tile's steps.
-    prefetch_rows(x, block_row + static_cast<int64_t>(gridDim.x) * Tr::kBlockRows);
+    prefetch_rows_l2(x, row0 + static_cast<int64_t>(gridDim.x) * Tr::kBlockRows, M, leader);
 
     // The warpgroup's rows LayerNorm'd into its A tile from the forward's statistics (the same
     // bits). The previous tile's products reading it were all waited for.
@@ -211,7 +205,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (ring.release(s, wg) && step + Tr::kStages < steps) load(step + Tr::kStages);
       // The residual gradient's rows, read by plain loads at the end: into L2 two steps ahead.
       if (p.dx_add != nullptr && j == (tile_steps > 3 ? tile_steps - 3 : 0))
-        prefetch_rows(static_cast<const Tin*>(p.dx_add), block_row);
+        prefetch_rows_l2(static_cast<const Tin*>(p.dx_add), row0, M, leader);
     };
 
     for (int j = 0; j < operand_steps; ++j, ++step) {
