@@ -76,6 +76,10 @@ TEST_F(SwigluTransitionCuda, PairAndSingleWidthsUnderAutocast) {
 TEST_F(SwigluTransitionCuda, OneAndThreeChunkHiddenWidths) {
   check_case({131, 128, 64, at::kFloat});
   check_case({37 * 37, 128, 192, at::kBFloat16});
+  // 301 row tiles: blocks of the persistent kernels take two or three, with one or three
+  // chunks a tile against rings of two and three slots.
+  check_case({196 * 196, 128, 64, at::kFloat});
+  check_case({196 * 196, 128, 192, at::kBFloat16});
 }
 
 // The portable (mma.sync, sm_80+) kernels on a GPU that has its own (an H100/H200 runs the

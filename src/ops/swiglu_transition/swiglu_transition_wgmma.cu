@@ -415,7 +415,8 @@ void launch(const char* name, Kernel kernel, dim3 grid, int smem, cudaStream_t s
 bool swiglu_transition_use_sm90(int64_t c, int major, int minor) { return c == Tr::kC && sm90::runs_on(major, minor); }
 
 void swiglu_transition_forward_wgmma(const SwigluTransitionParams& p, void* stream) {
-  MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a forward: c must be 128 and h a multiple of 64");
+  MF_CHECK(p.c == Tr::kC && p.h > 0 && p.h % Tr::kChunk == 0,
+           "swiglu_transition sm_90a forward: c must be 128 and h a positive multiple of 64");
   if (p.M == 0) return;
   Maps maps = weight_maps(p);
   maps.y = sm90::rows_map(p.dtype, p.y, p.M, Tr::kC, "swiglu_transition's output");
@@ -427,7 +428,8 @@ void swiglu_transition_forward_wgmma(const SwigluTransitionParams& p, void* stre
 
 void swiglu_transition_backward_wgmma(const SwigluTransitionBackwardParams& bp, void* stream) {
   const SwigluTransitionParams& p = bp.f;
-  MF_CHECK(p.c == Tr::kC && p.h % Tr::kChunk == 0, "swiglu_transition sm_90a backward: c must be 128 and h a multiple of 64");
+  MF_CHECK(p.c == Tr::kC && p.h > 0 && p.h % Tr::kChunk == 0,
+           "swiglu_transition sm_90a backward: c must be 128 and h a positive multiple of 64");
   if (p.M == 0) return;
   Maps maps = weight_maps(p);
   maps.y = sm90::rows_map(p.dtype, bp.dy, p.M, Tr::kC, "swiglu_transition's output gradient");

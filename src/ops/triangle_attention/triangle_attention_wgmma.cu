@@ -99,8 +99,10 @@ struct Traits {
   static_assert(kBlockM == 64 && kBlockN == 64 && D == 32, "one instantiation");
   // Two blocks per SM, each with the 1 KB the system reserves, within the SM's 228 KB.
   static_assert(2 * (key_loop_smem(true, false) + 1024) <= 228 * 1024 &&
-                    2 * (key_loop_smem(true, true) + 1024) <= 228 * 1024,
-                "two dQ blocks per SM");
+                    2 * (key_loop_smem(true, true) + 1024) <= 228 * 1024 &&
+                    2 * (key_loop_smem(false, false) + 1024) <= 228 * 1024 &&
+                    2 * (key_loop_smem(false, true) + 1024) <= 228 * 1024,
+                "two forward or dQ blocks per SM");
 };
 
 struct Maps {

@@ -128,10 +128,11 @@ TEST_F(TriangleMultiplicationCuda, ProjectionEpilogueAndFusedBackwardEqualTheTwo
     at::ScalarType dtype;  // kFloat: fp32 under bf16 autocast
   };
   // 131^2 rows: 135 tiles of 128 with a partial last one, more than one per block of the persistent
-  // backward on a GPU of up to 134 SMs.
+  // backward on a GPU of up to 134 SMs; 196^2: 301 tiles, two or three per block, two steps a
+  // tile against a ring of three slots.
   for (const Shape& sh : {Shape{1, 36, 128, 128, at::kFloat}, Shape{2, 32, 128, 128, at::kHalf},
                           Shape{1, 40, 64, 0, at::kBFloat16}, Shape{3, 8, 128, 64, at::kBFloat16},
-                          Shape{1, 131, 128, 128, at::kFloat}}) {
+                          Shape{1, 131, 128, 128, at::kFloat}, Shape{1, 196, 64, 0, at::kFloat}}) {
     SCOPED_TRACE("batch=" + std::to_string(sh.batch) + " n=" + std::to_string(sh.n) + " c=" + std::to_string(sh.c) +
                  " c_gate=" + std::to_string(sh.c_gate) + " " + c10::toString(sh.dtype));
     const auto o = at::TensorOptions().device(at::kCUDA).dtype(sh.dtype);
