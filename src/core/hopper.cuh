@@ -231,6 +231,11 @@ struct SelfFilledRing : FullSlots<kStages> {
   }
 };
 
+// A persistent grid's block takes row tiles blockIdx.x, + gridDim.x, ... of `tiles`: how many.
+__device__ __forceinline__ int block_tiles(int64_t tiles) {
+  return static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x);
+}
+
 // ---- wgmma ----
 
 // Orders this warpgroup's register writes before the next wgmma reads them (accumulators

@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   auto tile = [&](int j) { return j >= pair_tiles ? j : j % 2 == 0 ? j / 2 : 2 * tm.c_tiles + j / 2; };
   // This block's row tiles: blockIdx.x, + gridDim.x, ...; n_tiles ring steps each.
   const int64_t row_tiles = (p.M + Tr::kBlockRows - 1) / Tr::kBlockRows;
-  const int steps = static_cast<int>((row_tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * n_tiles;
+  const int steps = block_tiles(row_tiles) * n_tiles;
   init_ring(ring);
   auto load_w = [&](int step) {
     const int s = ring.arm(step, 2 * Tr::kPanel), n0 = tile(step % n_tiles) * Tr::kTileN;

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // through every chunk of every tile, so the next tile's first weights arrive during this
   // tile's last chunks.
   const int64_t tiles = (p.M + Tr::kBlockRows - 1) / Tr::kBlockRows;
-  const int steps = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * chunks;
+  const int steps = block_tiles(tiles) * chunks;
   if (threadIdx.x == 0) {
     ring.init();
     barrier_init_fence();
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // This block's row tiles: blockIdx.x, + gridDim.x, ...; the ring's steps run through every
   // chunk of every one of them.
   const int64_t tiles = (p.M + Tr::kBlockRows - 1) / Tr::kBlockRows;
-  const int steps = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * chunks;
+  const int steps = block_tiles(tiles) * chunks;
   if (threadIdx.x == 0) {
     ring.init();
     for (int w = 0; w < Tr::kWarpgroups; ++w) barrier_init(&dy_full[w], 1);

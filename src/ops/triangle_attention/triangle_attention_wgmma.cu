@@ -83,8 +83,9 @@ struct Traits {
   __host__ __device__ static constexpr int key_loop_barriers(bool grad, bool mask) {
     return (grad ? 2 : 1) * kRows * kTile + key_loop_stages(grad, mask) * key_stage(mask);
   }
+  static constexpr int kKeyLoopBarrierBytes = 128;  // the ring's barriers and `resident` after the slots
   __host__ __device__ static constexpr int key_loop_smem(bool grad, bool mask) {
-    return key_loop_barriers(grad, mask) + 128;
+    return key_loop_barriers(grad, mask) + kKeyLoopBarrierBytes;
   }
   // dK/dV: per step, the queries, dO and statistics of every row and the shared bias tile;
   // resident: the keys and values of every row.
@@ -356,6 +357,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   unsigned char* stages = smem + (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile;
   auto& ring = *reinterpret_cast<KernelRing<kStages>*>(smem + Tr::key_loop_barriers(kGrad, kMask));
   uint64_t& resident = *reinterpret_cast<uint64_t*>(&ring + 1);
+  static_assert(sizeof(ring) + sizeof(resident) <= Tr::kKeyLoopBarrierBytes, "the barriers' bytes");
   // The swizzled tiles need 1024-byte alignment; the block's dynamic shared memory, with no
   // static shared memory before it, starts there.
   if (threadIdx.x == 0 && smem_u32(smem) % 1024 != 0) __trap();

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // block's tiles blockIdx.x, + gridDim.x, ...
   const int operand_steps = 2 * c_tiles, tile_steps = operand_steps + static_cast<int>(p.c_gate) / Tr::kChunk;
   const int64_t tiles = (M + Tr::kBlockRows - 1) / Tr::kBlockRows;
-  const int steps = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * tile_steps;
+  const int steps = block_tiles(tiles) * tile_steps;
   auto tile_row = [&](int step) {
     return (blockIdx.x + static_cast<int64_t>(step / tile_steps) * gridDim.x) * Tr::kBlockRows;
   };
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   int step = 0;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t block_row = tile * Tr::kBlockRows, row0 = block_row + wg * 64;
+    const int64_t row0 = tile * Tr::kBlockRows + wg * 64;
     // The next tile's rows are read by this one's successor: into L2 under this tile's steps.
     prefetch_rows_l2(x, row0 + static_cast<int64_t>(gridDim.x) * Tr::kBlockRows, M, leader);
 
