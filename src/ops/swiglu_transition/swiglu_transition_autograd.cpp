@@ -236,6 +236,7 @@ variable_list swiglu_transition_kernels(const at::Tensor& x, const at::Tensor& l
     warn_reference("swiglu_transition", "c " + std::to_string(c) + ", hidden " + std::to_string(w_out.size(1)));
     return {};
   }
+  if (x.numel() / c < cuda::swiglu_transition_fused_min_rows(c)) return {};  // faster unfused, not a missing kernel
   return SwigluTransitionFunction::apply(x, ln_weight, ln_bias, w_in, w_out, static_cast<int64_t>(type), passthrough);
 }
 

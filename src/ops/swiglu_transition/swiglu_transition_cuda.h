@@ -18,6 +18,12 @@ namespace megafold::ops::cuda {
 constexpr int64_t swiglu_transition_hidden_multiple(int64_t c) { return c == 384 ? 32 : 64; }
 // Whether the fused kernel serves width c.
 inline bool swiglu_transition_fused_width(int64_t c) { return c == 128 || c == 384; }
+// Rows from which the fused kernel serves width c; fewer go through the unfused ops. The c = 384
+// kernel gives each 64-row block a whole SM, so below ~8K rows it runs one partial wave of
+// long blocks: the Pairformer's single track (N rows) took 0.18 ms of forward alone at N = 384
+// and 768, where the unfused products (cuBLAS over every SM) need a fraction of that. The rule
+// depends on the shape only, so every GPU of a kind takes the same path.
+constexpr int64_t swiglu_transition_fused_min_rows(int64_t c) { return c == 384 ? 8192 : 0; }
 
 struct SwigluTransitionParams {
   DType x_dtype;       // x: float, or the same 16-bit type as dtype

@@ -3,10 +3,11 @@
 // against the float64 reference (runs on a GPU host; skipped elsewhere): the update and every
 // gradient (x, LayerNorm scale and shift, w_in, w_out) at most ~2x as far from float64 as the
 // reference in the same precision, for the pair (c = 128, N^2 rows up to N = 384) and single
-// (c = 384) widths under autocast, 16-bit inputs, constant rows (zero variance), one- and
-// three-chunk hidden widths, and hidden widths the fused kernels do not take; repeated
-// backward bitwise equal; the portable kernels likewise on a GPU that has sm_90a ones. The
-// forward's extra memory stays below half the hidden layer's size.
+// (c = 384: the kernel from 8192 rows, the unfused ops below) widths under autocast, 16-bit
+// inputs, constant rows (zero variance), one- and three-chunk hidden widths, and hidden widths
+// the fused kernels do not take; repeated backward bitwise equal; the portable kernels likewise
+// on a GPU that has sm_90a ones. The forward's extra memory stays below half the hidden layer's
+// size.
 #include <ATen/Context.h>
 
 #include "core/autocast.h"
@@ -69,6 +70,9 @@ class SwigluTransitionCuda : public ::testing::Test {
 
 TEST_F(SwigluTransitionCuda, PairAndSingleWidthsUnderAutocast) {
   for (int64_t n : {1, 37, 131, 384}) check_case({n * n, 128, 512, at::kFloat});
+  // The single width's kernel from swiglu_transition_fused_min_rows (8192) rows on, 131 blocks
+  // and a partial one; fewer rows (a crop's N) run the unfused ops.
+  check_case({8231, 384, 1536, at::kFloat});
   check_case({509, 384, 1536, at::kFloat});
   check_case({1, 384, 1536, at::kFloat});
 }
@@ -105,7 +109,7 @@ TEST_F(SwigluTransitionCuda, PortableKernels) {
 TEST_F(SwigluTransitionCuda, SixteenBitInputsAndUnfusedWidths) {
   for (at::ScalarType t : {at::kBFloat16, at::kHalf}) {
     check_case({37 * 37, 128, 512, t});
-    check_case({131, 384, 1536, t});
+    check_case({8231, 384, 1536, t});
     check_case({131, 128, 40, t});  // hidden width not a chunk multiple: unfused kernels
     check_case({101, 24, 12, t});   // h not a multiple of 8: one feature per thread in swiglu
   }
