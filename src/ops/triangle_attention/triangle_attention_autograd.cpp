@@ -162,6 +162,18 @@ bool same_layout(const at::Tensor& t, at::IntArrayRef want) {
   return true;
 }
 
+// The bias in dtype `type` as a dense [B, H, N, N] tensor: a strided view in that dtype (the
+// model's, a projection's columns) through the copy kernel, anything else through ATen.
+at::Tensor heads_major(const at::Tensor& bias, at::ScalarType type) {
+  if (bias.scalar_type() != type || bias.is_contiguous()) return bias.to(type).contiguous();
+  const at::Tensor out = at::empty(bias.sizes(), bias.options());
+  int64_t stride[4];
+  copy_strides(bias, stride);
+  cuda::bias_heads_major(bias.data_ptr(), stride, bias.size(0), bias.size(1), bias.size(2), bias.element_size(),
+                         out.data_ptr(), current_stream(bias));
+  return out;
+}
+
 // What the forward keeps for backward (inputs in kernel layout; bias, mask, gate undefined
 // when absent) and runs it with.
 struct Saved {
@@ -175,7 +187,7 @@ Saved run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const bool sm90 = sm90_kernels(q);
   Saved s;
   s.q = q, s.k = k, s.v = v, s.gate = sm90 && gate.defined() ? pair_layout(gate) : gate;
-  s.bias = bias.defined() ? bias.to(q.scalar_type()).contiguous() : bias;
+  s.bias = bias.defined() ? heads_major(bias, q.scalar_type()) : bias;
   if (mask.defined()) {
     const KeyMask m = key_mask(mask);
     s.mask = m.additive, s.mask_tiles = m.tiles;
@@ -198,8 +210,11 @@ struct Grads {
   at::Tensor dq, dk, dv, d_gate, dbias;
 };
 
-// The backward kernels. d_out has out's layout `out_strides` (a copy is made otherwise).
-void run_backward(const Saved& s, const at::Tensor& grad, at::IntArrayRef out_strides, const Grads& g) {
+// The backward kernels. d_out has out's layout `out_strides` (a copy is made otherwise). Where
+// a bias-gradient reduction runs (16-bit inputs) it also zeroes `dbias_zero_after` elements after
+// each pair row's heads; returns whether it did (false when asked for none).
+bool run_backward(const Saved& s, const at::Tensor& grad, at::IntArrayRef out_strides, const Grads& g,
+                  int64_t dbias_zero_after = 0) {
   const at::Tensor& q = s.q;
   const bool sm90 = sm90_kernels(q);
   at::Tensor d_out = grad.defined() ? grad.to(q.scalar_type()) : at::zeros_like(s.o);
@@ -243,12 +258,18 @@ void run_backward(const Saved& s, const at::Tensor& grad, at::IntArrayRef out_st
     output(g.dbias, p.dbias, p.dbias_stride);
     p.dbias_dtype = kernel_dtype(g.dbias.scalar_type());
     const int64_t chunks = cuda::dbias_partials(p);
-    if (chunks > 0) {
+    if (chunks == 1 && g.dbias.scalar_type() == at::kFloat && g.dbias.is_contiguous()) {
+      // One chunk (a single row, as the single track's attention has) into a dense float
+      // gradient: the partial sums are the gradient, written in place (dbias_reduce skips it).
+      p.dbias_partial = g.dbias.data_ptr<float>();
+    } else if (chunks > 0) {
       partial = at::empty({chunks, s.bias.numel()}, s.bias.options().dtype(at::kFloat));
       p.dbias_partial = partial.data_ptr<float>();
+      p.dbias_zero_after = dbias_zero_after;
     }
   }
   cuda::triangle_attention_backward(p, current_stream(q));
+  return p.dbias_zero_after > 0;
 }
 
 void save(AutogradContext* ctx, const Saved& s) {
@@ -328,10 +349,13 @@ struct ProjectedFunction : public torch::autograd::Function<ProjectedFunction> {
     const bool own_bias = ctx->saved_data["own_bias"].toBool();
     const at::Tensor dproj = at::empty(ctx->saved_data["shape"].toIntVector(), s.o.options());
     const ProjectedOperands x = projected_operands(dproj, H, d, ctx->saved_data["transposed"].toBool());
-    const int64_t written = 4 * H * d + (own_bias ? 0 : H);
-    if (dproj.size(3) > written) dproj.narrow(-1, written, dproj.size(3) - written).zero_();
+    const int64_t written = 4 * H * d + (own_bias ? 0 : H), pad = dproj.size(3) - written;
     const at::Tensor dbias = own_bias ? at::empty(s.bias.sizes(), s.bias.options().dtype(at::kFloat)) : x.bias;
-    run_backward(s, grad_out[0], ctx->saved_data["out_strides"].toIntVector(), {x.q, x.k, x.v, x.gate, dbias});
+    // The padding columns follow the bias's when the op projects its own bias: the bias-gradient
+    // reduction writes them with it where it runs, else they are zeroed here.
+    const bool padding_written = run_backward(s, grad_out[0], ctx->saved_data["out_strides"].toIntVector(),
+                                              {x.q, x.k, x.v, x.gate, dbias}, own_bias ? 0 : pad);
+    if (pad > 0 && !padding_written) dproj.narrow(-1, written, pad).zero_();
     return {dproj, own_bias ? dbias.to(ctx->saved_data["bias_dtype"].toScalarType()) : at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor()};
   }

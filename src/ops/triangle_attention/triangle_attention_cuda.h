@@ -70,8 +70,12 @@ struct TriangleAttentionParams {
   void* dv; int64_t dv_stride[5];
   void* dbias; int64_t dbias_stride[4];
   DType dbias_dtype;  // float with fp32 inputs (the CUDA-core kernels write it directly)
+  // Elements the bias-gradient reduction zeroes after each pair row's last head (the padding
+  // columns of a projection whose gradient it writes into; needs dbias_stride[1] == 1), or 0.
+  int64_t dbias_zero_after;
   // Float workspace of dbias_partials(p) * B * H * N * N elements: per-chunk partial sums of
-  // the bias gradient over rows, added in chunk order afterwards.
+  // the bias gradient over rows, added in chunk order afterwards; with one chunk it may be
+  // dbias itself (dense float), which then needs no reduction.
   float* dbias_partial;
   // Run the sm_90a kernels (see use_sm90). q, k, v, d_o and a bias are then TMA-readable
   // (tma_operand, bias_ld a multiple of 8) and the backward needs stats.
@@ -92,8 +96,14 @@ bool supported_head_dim(int64_t d);
 // tensor-core kernels (either set) sum over the rows of a chunk for one 128-query x 64-key
 // tile of the bias; the count depends on the shape only, never on the GPU.
 int64_t dbias_partials(const TriangleAttentionParams& p);
-// dbias = the sum of the chunk partials in chunk order, in dbias_dtype through dbias_stride.
+// dbias = the sum of the chunk partials in chunk order, in dbias_dtype through dbias_stride
+// (and dbias_zero_after zeros after each pair row's heads).
 void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream);
+
+// out = a [B, H, N, N] bias of elem_bytes-sized elements, read through `stride`, as a dense
+// tensor (the kernels read the bias dense; the model's is a strided view of a projection).
+void bias_heads_major(const void* bias, const int64_t (&stride)[4], int64_t B, int64_t H, int64_t N,
+                      int64_t elem_bytes, void* out, void* stream);
 
 // From a [B, R, N] float key mask read through `stride` (nonzero attends): the additive mask
 // rows (0 / -inf, `ld` >= N floats apart, -inf past N) and the tile words of mask_tiles.

@@ -173,9 +173,11 @@ TEST_F(TriangleAttentionCuda, AllAttendingMaskIsNoMask) {
 }
 
 // MSA column attention has no bias; single attention with pair bias has one row and no mask;
-// an ungated use returns o itself.
+// an ungated use returns o itself. One row with a bias: its gradient is written in place, no
+// chunk partials (both kernel sets: d = 24 and 32).
 TEST_F(TriangleAttentionCuda, EveryVariant) {
   for (int64_t N : {1, 37, 131}) {
+    check_case({at::kBFloat16, N, 1, 4, 32});
     check_case({at::kBFloat16, N, 11, 8, 32, /*bias=*/false, /*mask=*/true, /*gate=*/true});
     check_case({at::kBFloat16, N, 1, 16, 24, /*bias=*/true, /*mask=*/false, /*gate=*/true});
     check_case({at::kHalf, N, 5, 16, 64, /*bias=*/true, /*mask=*/true, /*gate=*/false});
@@ -226,7 +228,9 @@ TEST_F(TriangleAttentionCuda, StridedViewsReadInPlace) {
 // gradient autograd assembles from the parts). Widths: the model's (a multiple of 32), a
 // multiple of 8 only, none (TMA cannot read rows of 1032 bytes in place: the kernels get
 // copies, the gradient still lands in place) and odd (the op takes the plain op's path).
-// Padding and, with a given bias, the bias columns get zero gradient.
+// Padding and, with a given bias, the bias columns get zero gradient (without one, the bias
+// gradient's reduction writes the padding: 28, 10 and 4 columns take its 16-, 8- and 4-byte
+// stores).
 void check_projected(at::ScalarType dtype, int64_t N, int64_t width_extra) {
   const int64_t H = 4, d = 32, W = 4 * H * d + H + width_extra;
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(dtype);
@@ -262,7 +266,7 @@ void check_projected(at::ScalarType dtype, int64_t N, int64_t width_extra) {
 }
 
 TEST_F(TriangleAttentionCuda, ProjectedWritesTheProjectionGradientWhole) {
-  for (const int64_t extra : {int64_t{28}, int64_t{4}, int64_t{0}, int64_t{1}})
+  for (const int64_t extra : {int64_t{28}, int64_t{10}, int64_t{4}, int64_t{0}, int64_t{1}})
     check_projected(at::kBFloat16, 37, extra);
   check_projected(at::kBFloat16, 130, 4);
   check_projected(at::kHalf, 70, 4);

@@ -882,36 +882,74 @@ __global__ void __launch_bounds__(kThreads, 2) dbias_kernel(const TriangleAttent
   }
 }
 
+// Zeros n elements from `to` on in the widest aligned stores (16 bytes at most).
+template <typename Out>
+__device__ __forceinline__ void zero_run(Out* to, int64_t n) {
+  static_assert(sizeof(Out) >= 2, "2-byte stores at the narrowest");
+  char* at = reinterpret_cast<char*>(to);
+  char* const end = at + n * static_cast<int64_t>(sizeof(Out));
+  auto fits = [&](int bytes) { return reinterpret_cast<uintptr_t>(at) % bytes == 0 && at + bytes <= end; };
+  while (at < end) {
+    const int bytes = fits(16) ? 16 : fits(8) ? 8 : fits(4) ? 4 : 2;
+    if (bytes == 16) *reinterpret_cast<uint4*>(at) = make_uint4(0, 0, 0, 0);
+    else if (bytes == 8) *reinterpret_cast<uint2*>(at) = make_uint2(0, 0);
+    else if (bytes == 4) *reinterpret_cast<uint32_t*>(at) = 0;
+    else *reinterpret_cast<uint16_t*>(at) = 0;
+    at += bytes;
+  }
+}
+
 // dbias = sum over chunks, in chunk order, rounded once to Out and stored through dbias_stride.
 // Block x = row (b, i), block y = 256 keys j, a thread per (b, i, j) over all heads (no 64-bit
 // index division, which cost as much as the traffic): each head's partials are read coalesced.
 // kHeads adjacent heads go out as one store: 4 when the output is the projection's bias columns
 // (heads adjacent, rows 4 H d + H elements apart, where the stores are sectors apart and one
-// 8-byte store a pair row beats four 2-byte ones), else 1.
-template <typename Out, int kHeads>
+// 8-byte store a pair row beats four 2-byte ones), else 1. A projection's padding columns after
+// the heads (dbias_zero_after) are zeroed here too, by the thread that owns the pair row: a
+// strided fill of their own took 0.08 ms at N = 768 and left both writes partial sectors.
+// kRun64: the model's layout, four 16-bit heads and 28 padding columns making one 16-byte aligned
+// 64-byte run per pair row: a warp's 32 runs go out as whole 16-byte pieces, four lanes to a run
+// (each lane storing its own run made every store instruction touch 32 sectors: 0.12 ms a call
+// at N = 768).
+template <typename Out, int kHeads, bool kRun64 = false>
 __global__ void dbias_reduce_kernel(const TriangleAttentionParams p, int64_t chunks) {
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= p.N) return;
+  const bool in = j < p.N;
+  if (!kRun64 && !in) return;  // with kRun64 every lane of a warp takes part in the exchange
   const int n = static_cast<int>(p.N), row = static_cast<int>(blockIdx.x);  // B * N < 2^31 (the grid's limit)
   const int64_t b = row / n, i = row % n, plane = p.N * p.N, chunk = p.B * p.H * plane;
   const int64_t* s = p.dbias_stride;
+  Out* const pair_rows = static_cast<Out*>(p.dbias) + b * s[0] + i * s[2];
   for (int64_t h0 = 0; h0 < p.H; h0 += kHeads) {
     Out v[kHeads];
 #pragma unroll
     for (int k = 0; k < kHeads; ++k) {
       const float* partial = p.dbias_partial + (b * p.H + h0 + k) * plane + i * p.N + j;
       float sum = 0.f;
-      for (int64_t c = 0; c < chunks; ++c) sum += partial[c * chunk];
+      for (int64_t c = 0; in && c < chunks; ++c) sum += partial[c * chunk];
       v[k] = static_cast<Out>(sum);
     }
-    Out* out = static_cast<Out*>(p.dbias) + b * s[0] + h0 * s[1] + i * s[2] + j * s[3];
-    if constexpr (kHeads == 1) {
-      *out = v[0];
+    if constexpr (kRun64) {
+      static_assert(kHeads * sizeof(Out) == 8, "four 16-bit heads");
+      const uint2 heads = *reinterpret_cast<const uint2*>(v);
+      const int lane = static_cast<int>(threadIdx.x % 32), piece = lane % 4;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int owner = 8 * r + lane / 4;
+        const uint32_t x = __shfl_sync(0xffffffffu, heads.x, owner), y = __shfl_sync(0xffffffffu, heads.y, owner);
+        const int64_t j_run = j - lane + owner;
+        if (j_run < p.N)
+          *reinterpret_cast<uint4*>(pair_rows + j_run * s[3] + 8 * piece) =
+              piece == 0 ? make_uint4(x, y, 0, 0) : make_uint4(0, 0, 0, 0);
+      }
+    } else if constexpr (kHeads == 1) {
+      pair_rows[h0 * s[1] + j * s[3]] = v[0];
     } else {
       static_assert(kHeads * sizeof(Out) == 8, "one 8-byte store");
-      *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(v);
+      *reinterpret_cast<uint2*>(pair_rows + h0 * s[1] + j * s[3]) = *reinterpret_cast<const uint2*>(v);
     }
   }
+  if (!kRun64 && p.dbias_zero_after > 0) zero_run(pair_rows + p.H + j * s[3], p.dbias_zero_after);
 }
 
 int64_t tiles(int64_t n, int per) { return (n + per - 1) / per; }
@@ -919,21 +957,33 @@ int64_t tiles(int64_t n, int per) { return (n + per - 1) / per; }
 }  // namespace
 
 void dbias_reduce(const TriangleAttentionParams& p, int64_t chunks, void* stream) {
+  if (chunks == 1 && static_cast<void*>(p.dbias_partial) == p.dbias) return;  // written in place
   MF_CHECK(p.B * p.N <= 0x7fffffff, "triangle_attention CUDA: ", p.B * p.N, " bias rows exceed the grid limit");
   const dim3 blocks(static_cast<unsigned int>(p.B * p.N),
                     static_cast<unsigned int>((p.N + kBlockThreads - 1) / kBlockThreads));
   const auto s = static_cast<cudaStream_t>(stream);
   // Four adjacent 16-bit heads per store when every group of them starts 8-byte aligned.
   const int64_t* st = p.dbias_stride;
+  MF_CHECK(p.dbias_zero_after == 0 || st[1] == 1,
+           "triangle_attention CUDA: zeros after the bias heads need the heads adjacent");
   const bool packed = p.dbias_dtype != DType::kFloat32 && st[1] == 1 && p.H % 4 == 0 &&
                       reinterpret_cast<uintptr_t>(p.dbias) % 8 == 0 && st[0] % 4 == 0 && st[2] % 4 == 0 &&
                       st[3] % 4 == 0;
+  // The model's 64-byte runs of heads and padding (every run 16-byte aligned).
+  const bool run64 = packed && p.H == 4 && 8 + 2 * p.dbias_zero_after == 64 &&
+                     reinterpret_cast<uintptr_t>(p.dbias) % 16 == 0 && st[0] % 8 == 0 && st[2] % 8 == 0 &&
+                     st[3] % 8 == 0;
   auto run = [&](auto kernel) { launch_kernel(kernel, blocks, kBlockThreads, 0, s, p, chunks); };
+  auto run16 = [&](auto t) {
+    using T = decltype(t);
+    if (run64) run(dbias_reduce_kernel<T, 4, true>);
+    else if (packed) run(dbias_reduce_kernel<T, 4>);
+    else run(dbias_reduce_kernel<T, 1>);
+  };
   switch (p.dbias_dtype) {
     case DType::kFloat32: return run(dbias_reduce_kernel<float, 1>);
-    case DType::kFloat16: return packed ? run(dbias_reduce_kernel<__half, 4>) : run(dbias_reduce_kernel<__half, 1>);
-    case DType::kBFloat16:
-      return packed ? run(dbias_reduce_kernel<__nv_bfloat16, 4>) : run(dbias_reduce_kernel<__nv_bfloat16, 1>);
+    case DType::kFloat16: return run16(__half{});
+    case DType::kBFloat16: return run16(__nv_bfloat16{});
   }
 }
 
