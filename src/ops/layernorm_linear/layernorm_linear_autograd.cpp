@@ -52,7 +52,7 @@ struct WeightGradBuffers {
 
 WeightGradBuffers weight_grad_buffers(cuda::LayerNormLinearParams& p, const at::TensorOptions& f32) {
   const int64_t N = p.N, K = cuda::kLayerNormLinearCin;
-  const int64_t chunks = cuda::layernorm_linear_dw_chunks(p.M, N);
+  const int64_t chunks = cuda::layernorm_linear_dw_chunks(p.M, N, p.sm90);
   WeightGradBuffers b{at::empty({chunks, N, K}, f32), at::empty({chunks, N}, f32), at::empty({N, K}, f32),
                       at::empty({N, K}, f32),          at::empty({N}, f32),        at::empty({K}, f32),
                       at::empty({K}, f32)};

@@ -45,9 +45,9 @@ struct LayerNormLinearParams {
   bool sm90;
 };
 
-// Row chunks of the weight-gradient reduction (a function of M and N only, so results do
-// not depend on the GPU).
-int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N);
+// Row chunks of the weight-gradient reduction (a function of M, N and the kernel set only, so
+// results do not depend on the GPU of a kind).
+int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N, bool sm90);
 
 void layernorm_linear_forward(const LayerNormLinearParams& p, void* stream);
 void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream);

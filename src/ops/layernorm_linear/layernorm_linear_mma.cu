@@ -466,9 +466,24 @@ __global__ void __launch_bounds__(32 * kSumLanes) sum_chunks_kernel(const LayerN
   const int64_t size = p.N * kK, e = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const int lane = threadIdx.y;
   float s = 0.f, d = 0.f;
-  for (int64_t c = lane; c < chunks; c += kSumLanes) {
-    if (e < size) s += p.g_partial[c * size + e];
-    if (e < p.N) d += p.db_partial[c * p.N + e];
+  // kAhead of the lane's chunks loaded before any is added (their loads in flight together;
+  // one at a time, each add waited out a load), then added in chunk order as before.
+  constexpr int kAhead = 4;
+  for (int64_t c0 = lane; c0 < chunks; c0 += kAhead * kSumLanes) {
+    float gs[kAhead], ds[kAhead];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int64_t c = c0 + k * kSumLanes;
+      gs[k] = c < chunks && e < size ? p.g_partial[c * size + e] : 0.f;
+      ds[k] = c < chunks && e < p.N ? p.db_partial[c * p.N + e] : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      if (c0 + k * kSumLanes < chunks) {
+        s += gs[k];
+        d += ds[k];
+      }
+    }
   }
   lanes[0][lane][threadIdx.x] = s;
   lanes[1][lane][threadIdx.x] = d;
@@ -521,21 +536,25 @@ void launch(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t stream, Args.
 }
 
 // Rows per chunk of the weight-gradient reduction: whole 64-row steps (the sm_90a kernel's; two
-// of this file's), about 512 blocks over the feature tiles and row chunks: two waves of two
-// blocks per SM on an H200, enough chunks to keep every SM busy at small M. A function of M
-// and N only, so the sum's order, hence every bit, is the same on any GPU of a kind.
-int64_t rows_per_chunk(int64_t M, int64_t N) {
+// of this file's), about 512 blocks over the feature tiles and row chunks for this file's
+// kernel (over four waves of one block per SM on an A100: a short last wave) and 256 for the
+// sm_90a one (one wave of two blocks per SM on an H100/H200: the rows of a chunk stream
+// through one block, and the partials the sum reads back are half those of 512). A function
+// of M, N and the kernel set only, so the sum's order, hence every bit, is the same on any GPU
+// of a kind.
+int64_t rows_per_chunk(int64_t M, int64_t N, bool sm90) {
   const int64_t steps = (M + 63) / 64;
   const int64_t feature_tiles = (N + kFeatures - 1) / kFeatures;
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(steps, 512 / feature_tiles));
+  const int64_t blocks = sm90 ? 256 : 512;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(steps, blocks / feature_tiles));
   return (steps + chunks - 1) / chunks * 64;
 }
 
 }  // namespace
 
-int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N) {
+int64_t layernorm_linear_dw_chunks(int64_t M, int64_t N, bool sm90) {
   if (M == 0) return 0;
-  const int64_t per = rows_per_chunk(M, N);
+  const int64_t per = rows_per_chunk(M, N, sm90);
   return (M + per - 1) / per;
 }
 
@@ -559,8 +578,8 @@ void layernorm_linear_backward(const LayerNormLinearParams& p, void* stream) {
     MF_CUDA_CHECK(cudaMemsetAsync(p.d_ln_b, 0, kK * sizeof(float), s));
     return;
   }
-  const int64_t per = rows_per_chunk(p.M, p.N);
-  const int64_t chunks = layernorm_linear_dw_chunks(p.M, p.N);
+  const int64_t per = rows_per_chunk(p.M, p.N, p.sm90);
+  const int64_t chunks = layernorm_linear_dw_chunks(p.M, p.N, p.sm90);
   if (p.sm90) layernorm_linear_backward_wgmma(p, per, chunks, stream);
   const dim3 dx_grid(static_cast<unsigned int>((p.M + kRows - 1) / kRows));
   const dim3 g_grid(static_cast<unsigned int>((p.N + kFeatures - 1) / kFeatures), static_cast<unsigned int>(chunks));
