@@ -28,6 +28,7 @@
 #include "ops/layernorm_linear/layernorm_linear_cuda.h"
 #include "ops/kernel_dispatch.cuh"
 #include "ops/launch.cuh"
+#include "ops/ordered_sum.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -465,26 +466,9 @@ __global__ void __launch_bounds__(32 * kSumLanes) sum_chunks_kernel(const LayerN
   __shared__ float lanes[2][kSumLanes][32];
   const int64_t size = p.N * kK, e = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const int lane = threadIdx.y;
-  float s = 0.f, d = 0.f;
-  // kAhead of the lane's chunks loaded before any is added (their loads in flight together;
-  // one at a time, each add waited out a load), then added in chunk order as before.
-  constexpr int kAhead = 4;
-  for (int64_t c0 = lane; c0 < chunks; c0 += kAhead * kSumLanes) {
-    float gs[kAhead], ds[kAhead];
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k) {
-      const int64_t c = c0 + k * kSumLanes;
-      gs[k] = c < chunks && e < size ? p.g_partial[c * size + e] : 0.f;
-      ds[k] = c < chunks && e < p.N ? p.db_partial[c * p.N + e] : 0.f;
-    }
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k) {
-      if (c0 + k * kSumLanes < chunks) {
-        s += gs[k];
-        d += ds[k];
-      }
-    }
-  }
+  const int64_t mine = lane < chunks ? (chunks - lane + kSumLanes - 1) / kSumLanes : 0;  // chunks of this lane
+  float s = e < size ? ordered_sum(p.g_partial + lane * size + e, mine, kSumLanes * size) : 0.f;
+  float d = e < p.N ? ordered_sum(p.db_partial + lane * p.N + e, mine, kSumLanes * p.N) : 0.f;
   lanes[0][lane][threadIdx.x] = s;
   lanes[1][lane][threadIdx.x] = d;
   __syncthreads();

@@ -30,6 +30,7 @@
 #include "core/mma.cuh"
 #include "ops/triangle_attention/triangle_attention_cuda.h"
 #include "ops/launch.cuh"
+#include "ops/ordered_sum.cuh"
 
 namespace megafold::ops::cuda {
 namespace {
@@ -925,9 +926,7 @@ __global__ void dbias_reduce_kernel(const TriangleAttentionParams p, int64_t chu
 #pragma unroll
     for (int k = 0; k < kHeads; ++k) {
       const float* partial = p.dbias_partial + (b * p.H + h0 + k) * plane + i * p.N + j;
-      float sum = 0.f;
-      for (int64_t c = 0; in && c < chunks; ++c) sum += partial[c * chunk];
-      v[k] = static_cast<Out>(sum);
+      v[k] = static_cast<Out>(in ? ordered_sum(partial, chunks, chunk) : 0.f);
     }
     if constexpr (kRun64) {
       static_assert(kHeads * sizeof(Out) == 8, "four 16-bit heads");
