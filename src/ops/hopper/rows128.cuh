@@ -29,6 +29,15 @@ __device__ __forceinline__ void prefetch_rows_l2(const Tin* x, int64_t row0, int
   hopper::prefetch_l2(x + row0 * 128, static_cast<uint32_t>(n * 128 * sizeof(Tin)));
 }
 
+// An epilogue's addend (rows row0 .. row0 + 63 of add, read by plain loads after a tile's last
+// step; none when add is null) into L2 three steps before the end of the tile's `steps`, or at
+// its first step when it has fewer.
+template <typename Tin>
+__device__ __forceinline__ void prefetch_addend_rows_l2(const Tin* add, int64_t row0, int64_t M, int step, int steps,
+                                                        bool leader) {
+  if (add != nullptr && step == (steps > 3 ? steps - 3 : 0)) prefetch_rows_l2(add, row0, M, leader);
+}
+
 // Where layer_norm_rows gets the row statistics: computed, and kept (kNone) or written to
 // mean[row], rstd[row] for rows below M and, when `stats` is given, to stats[r], stats[64 + r]
 // (kWrite); or read from mean and rstd (kGiven), which gives a backward that recomputes the

@@ -361,9 +361,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fence_registers(dx_acc[1]);
       // The last warpgroup done with the slot refills it for the step kBackwardStages ahead.
       if (ring.release(s, wg) && step + Tr::kBackwardStages < steps) load(step + Tr::kBackwardStages);
-      // The residual gradient's rows, read by plain loads in the epilogue: into L2 two chunks ahead.
-      if (bp.dx_add != nullptr && j == (chunks > 3 ? chunks - 3 : 0))
-        prefetch_rows_l2(static_cast<const Tin*>(bp.dx_add), row0, p.M, leader);
+      // The residual gradient's rows, added in the epilogue.
+      prefetch_addend_rows_l2(static_cast<const Tin*>(bp.dx_add), row0, p.M, j, chunks, leader);
     }
 
     // LayerNorm backward of rows 16 warp + g + 8 hh, xhat from x again (L2-resident since

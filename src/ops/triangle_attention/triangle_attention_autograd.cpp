@@ -166,7 +166,7 @@ bool same_layout(const at::Tensor& t, at::IntArrayRef want) {
 // model's, a projection's columns) through the copy kernel, anything else through ATen.
 at::Tensor heads_major(const at::Tensor& bias, at::ScalarType type) {
   if (bias.scalar_type() != type || bias.is_contiguous()) return bias.to(type).contiguous();
-  const at::Tensor out = at::empty(bias.sizes(), bias.options());
+  const at::Tensor out = dense_like(bias);
   int64_t stride[4];
   copy_strides(bias, stride);
   cuda::bias_heads_major(bias.data_ptr(), stride, bias.size(0), bias.size(1), bias.size(2), bias.element_size(),

@@ -203,9 +203,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fence_registers(dx_acc[0]);
       fence_registers(dx_acc[1]);
       if (ring.release(s, wg) && step + Tr::kStages < steps) load(step + Tr::kStages);
-      // The residual gradient's rows, read by plain loads at the end: into L2 two steps ahead.
-      if (p.dx_add != nullptr && j == (tile_steps > 3 ? tile_steps - 3 : 0))
-        prefetch_rows_l2(static_cast<const Tin*>(p.dx_add), row0, M, leader);
+      // The residual gradient's rows, added in the epilogue.
+      prefetch_addend_rows_l2(static_cast<const Tin*>(p.dx_add), row0, M, j, tile_steps, leader);
     };
 
     for (int j = 0; j < operand_steps; ++j, ++step) {
