@@ -797,7 +797,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
 template <typename T>
 __global__ void bias_fragments_kernel(const TriangleAttentionParams p) {
   const int n = static_cast<int>(p.N), tiles = (n + 63) / 64;
-  const int quads = static_cast<int>(p.B * p.H) * tiles * tiles * 1024;  // < 2^31 (checked on the host)
+  const int quads = static_cast<int>(p.B * p.H) * tiles * tiles * 1024;  // checked on the host
   const float inv_scale = 1.f / p.scale;
   const T* bias = static_cast<const T*>(p.bias);
   for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += gridDim.x * blockDim.x) {
@@ -816,10 +816,12 @@ __global__ void bias_fragments_kernel(const TriangleAttentionParams p) {
 
 void make_bias_fragments(const TriangleAttentionParams& p, cudaStream_t stream) {
   MF_CHECK(p.bias_fragments != nullptr, "triangle_attention sm_90a kernels: no bias fragment workspace");
+  constexpr int64_t kMaxBlocks = 65536;
   const int64_t tiles = (p.N + 63) / 64, quads = p.B * p.H * tiles * tiles * 1024;
-  MF_CHECK(quads < (int64_t{1} << 31), "triangle_attention sm_90a kernels: ", quads,
-           " bias fragment quads exceed 2^31");
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((quads + 255) / 256, 65536));
+  // The kernel's 32-bit index, stepped by the whole grid, stays below 2^31.
+  MF_CHECK(quads + kMaxBlocks * 256 < (int64_t{1} << 31), "triangle_attention sm_90a kernels: ", quads,
+           " bias fragment quads exceed the 32-bit index");
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((quads + 255) / 256, kMaxBlocks));
   if (p.dtype == DType::kBFloat16) launch_kernel(bias_fragments_kernel<__nv_bfloat16>, blocks, 256, 0, stream, p);
   else launch_kernel(bias_fragments_kernel<__half>, blocks, 256, 0, stream, p);
 }
