@@ -1065,14 +1065,18 @@ int64_t dbias_partials_mma(const TriangleAttentionParams& p) {
   // what each chunk adds to the reduction (its H N^2 floats written and read, about one row step
   // per 2^19 of them on an H100), without empty chunks. A fixed target of ~1600 blocks had left
   // the last round 6-27% full: 7 rounds of 128 rows at N = 768 where 12 of 70 do, 7 of 17 at 384
-  // where 3 of 35 do. Constants, not the GPU's SM count: the chunks fix the order of the sum, so
-  // the bias gradient is bitwise the same on every GPU.
-  constexpr int64_t kSlots = 264;
+  // where 3 of 35 do. The partials are transient memory of the backward: beyond one chunk they
+  // stay within 2^25 floats (128 MB; the fixed target took up to 75 MB), which caps N = 1536 at 3
+  // chunks and 2048 at 2 where the model alone would take 8 and 5. Constants, not the GPU's SM
+  // count: the chunks fix the order of the sum, so the bias gradient is bitwise the same on
+  // every GPU.
+  constexpr int64_t kSlots = 264, kMaxPartials = int64_t{1} << 25;
   const int64_t tile_blocks = p.B * p.H * tiles(p.N, kRows) * tiles(p.N, kCols);
   const double chunk_cost = static_cast<double>(p.B * p.H) * static_cast<double>(p.N * p.N) / (1 << 19);
   int64_t best = 1;
   double best_cost = -1.0;
   for (int64_t c = 1; c <= p.R; ++c) {
+    if (c > 1 && c * p.B * p.H * p.N * p.N > kMaxPartials) break;
     const int64_t rows_per = (p.R + c - 1) / c;
     if ((c - 1) * rows_per >= p.R) continue;  // an empty chunk
     const double cost =
