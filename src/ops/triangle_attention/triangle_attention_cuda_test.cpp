@@ -7,6 +7,10 @@
 #include "ops/triangle_attention/triangle_attention.h"
 #include "testing.h"
 
+#ifdef MEGAFOLD_CUDA
+#include "ops/triangle_attention/triangle_attention_cuda.h"
+#endif
+
 namespace megafold::ops {
 namespace {
 using namespace megafold::testing;
@@ -249,14 +253,20 @@ void check_projected(at::ScalarType dtype, int64_t N, int64_t width_extra) {
       const ProjectedOperands x = projected_operands(p2, H, d, transposed);
       const at::Tensor ref = triangle_attention(x.q, x.k, x.v, own ? b2 : x.bias, mask, x.gate);
       ASSERT_TRUE(at::equal(out, ref));
-      if (transposed && W % 2 == 0) EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
+      if (transposed && W % 2 == 0) {
+        EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
+      }
       const at::Tensor grad = at::randn_like(ref);
       out.backward(grad);
       ref.backward(grad);
       EXPECT_TRUE(at::equal(p1.grad(), p2.grad())) << "max diff " << (p1.grad() - p2.grad()).abs().max().item<float>();
       const int64_t zero_from = 4 * H * d + (own ? 0 : H);
-      if (W > zero_from) EXPECT_EQ(p1.grad().narrow(-1, zero_from, W - zero_from).abs().max().item<float>(), 0.f);
-      if (own) EXPECT_TRUE(at::equal(b1.grad(), b2.grad()));
+      if (W > zero_from) {
+        EXPECT_EQ(p1.grad().narrow(-1, zero_from, W - zero_from).abs().max().item<float>(), 0.f);
+      }
+      if (own) {
+        EXPECT_TRUE(at::equal(b1.grad(), b2.grad()));
+      }
       // Deterministic: again, bitwise.
       const at::Tensor p3 = proj.clone().requires_grad_(true);
       triangle_attention_projected(p3, own ? std::optional(given) : std::nullopt, mask, H, d, transposed).backward(grad);
@@ -302,3 +312,46 @@ TEST_F(TriangleAttentionCuda, ReferenceSwitchRoutesToTheReference) {
 
 }  // namespace
 }  // namespace megafold::ops
+
+#ifdef MEGAFOLD_CUDA
+namespace megafold::ops {
+namespace {
+
+// The bias gradient's row chunks (host arithmetic, no GPU needed): every row in exactly one
+// non-empty chunk, the partials within their cap beyond one chunk, none without a bias or for
+// the fp32 kernels (which write the gradient directly), and the same count for the same shape
+// (the sum's order, hence the gradient's bits, must not depend on anything else).
+TEST(TriangleAttentionChunks, EveryRowInOneNonEmptyChunkWithinTheCap) {
+  cuda::TriangleAttentionParams p{};
+  const float dummy = 0.f;
+  p.bias = &dummy;
+  p.dtype = cuda::DType::kBFloat16;
+  p.d = 32;
+  for (const int64_t B : {1, 2})
+    for (const int64_t H : {1, 4, 16})
+      for (const int64_t N : {1, 2, 63, 64, 65, 131, 200, 384, 513, 768, 1024, 1536, 2048, 3001})
+        for (const int64_t R : {int64_t{1}, int64_t{2}, int64_t{7}, N}) {
+          p.B = B, p.H = H, p.N = N, p.R = R;
+          const int64_t chunks = cuda::dbias_partials(p);
+          SCOPED_TRACE("B=" + std::to_string(B) + " H=" + std::to_string(H) + " N=" + std::to_string(N) +
+                       " R=" + std::to_string(R) + " chunks=" + std::to_string(chunks));
+          ASSERT_GE(chunks, 1);
+          ASSERT_LE(chunks, R);
+          const int64_t rows_per = (R + chunks - 1) / chunks;
+          EXPECT_LT((chunks - 1) * rows_per, R);  // the last chunk holds a row
+          EXPECT_GE(chunks * rows_per, R);        // and every row is in one
+          EXPECT_TRUE(chunks == 1 || chunks * B * H * N * N <= (int64_t{1} << 25));
+          EXPECT_EQ(cuda::dbias_partials(p), chunks);
+        }
+  p.B = 1, p.H = 4, p.N = 384, p.R = 384;
+  EXPECT_GT(cuda::dbias_partials(p), 1);  // a crop's rows are split (rounds of whole blocks)
+  p.dtype = cuda::DType::kFloat32;
+  EXPECT_EQ(cuda::dbias_partials(p), 0);
+  p.dtype = cuda::DType::kBFloat16;
+  p.bias = nullptr;
+  EXPECT_EQ(cuda::dbias_partials(p), 0);
+}
+
+}  // namespace
+}  // namespace megafold::ops
+#endif
