@@ -304,13 +304,9 @@ struct TriangleAttentionFunction : public torch::autograd::Function<TriangleAtte
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const Saved s = saved(ctx);
     const c10::cuda::CUDAGuard guard(s.q.device());
-    // Dense gradients. A 16-bit bias of the inputs' type gets its gradient from the bias-gradient
-    // reduction in that type; any other in float (an fp32 bias keeps its precision), cast below.
-    const at::ScalarType bias_type = ctx->saved_data["bias_dtype"].toScalarType();
-    const bool bias_direct = is_16bit(bias_type) && bias_type == s.q.scalar_type();
+    // Dense gradients; the bias's in float (an fp32 bias keeps its precision), cast below.
     Grads g{dense_like(s.o), dense_like(s.o), dense_like(s.o), s.gate.defined() ? dense_like(s.o) : at::Tensor(),
-            s.bias.defined() ? at::empty(s.bias.sizes(), s.bias.options().dtype(bias_direct ? bias_type : at::kFloat))
-                             : at::Tensor()};
+            s.bias.defined() ? at::empty(s.bias.sizes(), s.bias.options().dtype(at::kFloat)) : at::Tensor()};
     run_backward(s, grad_out[0], s.o.strides(), g);
     auto typed = [&](const at::Tensor& t, const char* key) {
       return t.defined() ? t.to(ctx->saved_data[key].toScalarType()) : t;
