@@ -7,13 +7,14 @@ Per (row, query, key) each kernel does one exponential and 2*d FLOPs per product
 forward 2 products (QK^T, PV), dq 3 (QK^T, dO V^T, dS K), dkv 4 (+ P^T dO, dS^T Q), dbias 2.
 The sm_90a kernels (tma_wgmma_*) and the mma.sync ones are named apart.
 
+--no-bias runs the plain op without a pair bias (what the bias's loads cost the kernels).
 --mask ones|tail adds a key mask (all attended, or the last eighth of the keys masked, as a padded
 crop has); --projected calls triangle_attention_projected on a [1, N, N, W] projection (q, k, v,
 gate and bias as its strided views), the form the Pairformer block uses; W = --width, by default
 the model's (4Hd + H rounded up to a multiple of 32: 64-byte rows).
 
 usage: python3 bench/profile_kernels.py --lib build/src/libmegafold_ops.so [--n 768 1024]
-           [--mask ones|tail] [--projected]
+           [--mask ones|tail] [--projected | --no-bias]
 """
 import argparse
 import collections
@@ -44,6 +45,7 @@ def main():
     ap.add_argument("--n", type=int, nargs="+", default=[768, 1024])
     ap.add_argument("--trace", help="also write a Chrome trace of the last size's steps here")
     ap.add_argument("--mask", choices=["ones", "tail"], help="a key mask: every key attended, or the last eighth masked")
+    ap.add_argument("--no-bias", action="store_true", help="the plain op without a pair bias")
     ap.add_argument("--projected", action="store_true", help="the projected op on strided views, as the model calls it")
     ap.add_argument("--width", type=int, default=(4 * H * D + H + 31) // 32 * 32,
                     help="the projection's row width (--projected)")
@@ -65,8 +67,9 @@ def main():
         else:
             q, k, v = (torch.randn(1, n, n, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                        for _ in range(3))
-            bias = torch.randn(1, H, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            leaves = (q, k, v, bias)
+            bias = None if args.no_bias else torch.randn(1, H, n, n, device="cuda", dtype=torch.bfloat16,
+                                                         requires_grad=True)
+            leaves = (q, k, v) + (() if bias is None else (bias,))
 
             def run():
                 return torch.ops.megafold.triangle_attention(q, k, v, bias, mask, None)
