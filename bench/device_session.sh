@@ -12,7 +12,7 @@
 #   attention ARGS             bench/triangle_attention.py
 #   profile ARGS               bench/profile_kernels.py (per-kernel time and ceilings)
 #   ab ARGS                    bench/profile_kernels.py ARGS on the base op library
-#                              (bench/pack_binaries.sh --base: .whl/base_ops.so.xz) and on this
+#                              (bench/pack_binaries.sh --base: .whl/base.tar.xz) and on this
 #                              build's, alternated twice in the call (METHOD.md: same machine)
 #   block ARGS                 bench/pairformer_block.py
 #   fused ARGS                 bench/fused_ops.py
@@ -30,10 +30,7 @@ export LD_LIBRARY_PATH="$torch_lib:$PWD/build/src:/usr/local/cuda/lib64:${LD_LIB
 # Binaries may come packed too (a call carrying the baselines' ~50 MB of packages has no room
 # for them unpacked): bench/pack_binaries.sh's .whl/bin.tar.xz.
 if [ -f .whl/bin.tar.xz ]; then tar xJf .whl/bin.tar.xz; fi
-if [ -f .whl/base_ops.so.xz ]; then  # the other side of an A/B (stage ab)
-  mkdir -p build-base && xz -dc .whl/base_ops.so.xz > build-base/libmegafold_ops.so
-  cp .whl/base_COMMIT build-base/COMMIT 2>/dev/null
-fi
+if [ -f .whl/base.tar.xz ]; then tar xJf .whl/base.tar.xz; fi  # the base side of stage ab
 if [ -f build/COMMIT ]; then export MEGAFOLD_COMMIT="$(cat build/COMMIT)"; fi
 if [ -f .whl/site.tar.xz ]; then
   mkdir -p /tmp/site && tar xJf .whl/site.tar.xz -C /tmp/site && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
@@ -67,11 +64,11 @@ while [ $# -gt 0 ]; do
     ab)
       [ -f build-base/libmegafold_ops.so ] || { echo "ab: no base library (bench/pack_binaries.sh --base)"; exit 2; }
       for round in 1 2; do
-        for side in "base build-base" "new $(dirname "$lib")"; do
-          name="${side%% *}" dir="${side#* }"
-          echo "== $name $(cat "$dir/COMMIT" "$dir/../COMMIT" 2>/dev/null | head -1), round $round"
-          log="$OUT/ab_${name}_$round.log"
-          if python3 bench/profile_kernels.py --lib "$dir/libmegafold_ops.so" "${args[@]}" > "$log" 2>&1; then
+        for side in base new; do
+          side_lib="$lib" commit="${MEGAFOLD_COMMIT:-}" log="$OUT/ab_${side}_$round.log"
+          if [ "$side" = base ]; then side_lib=build-base/libmegafold_ops.so commit="$(cat build-base/COMMIT)"; fi
+          echo "== $side $commit, round $round"
+          if python3 bench/profile_kernels.py --lib "$side_lib" "${args[@]}" > "$log" 2>&1; then
             grep -E "^N=|^ +[0-9]" "$log" | cut -c1-150
           else
             echo "failed ($log):"; tail -2 "$log"
