@@ -11,6 +11,8 @@
 #   tests [GTEST_FILTER]       the CUDA tests (default: every *Cuda* suite and the memory tests)
 #   attention ARGS             bench/triangle_attention.py
 #   profile ARGS               bench/profile_kernels.py (per-kernel time and ceilings)
+#   same ARGS                  bench/same_outputs.py: this build's triangle attention against the
+#                              base library's (as for ab), bit for bit
 #   ab ARGS                    bench/profile_kernels.py ARGS on the base op library
 #                              (bench/pack_binaries.sh --base: .whl/base.tar.xz) and on this
 #                              build's, alternated twice in the call (METHOD.md: same machine)
@@ -30,7 +32,10 @@ export LD_LIBRARY_PATH="$torch_lib:$PWD/build/src:/usr/local/cuda/lib64:${LD_LIB
 # Binaries may come packed too (a call carrying the baselines' ~50 MB of packages has no room
 # for them unpacked): bench/pack_binaries.sh's .whl/bin.tar.xz.
 if [ -f .whl/bin.tar.xz ]; then tar xJf .whl/bin.tar.xz; fi
-if [ -f .whl/base.tar.xz ]; then tar xJf .whl/base.tar.xz; fi  # the base side of stage ab
+if [ -f .whl/base.tar.xz ]; then tar xJf .whl/base.tar.xz; fi  # the base side of stages same and ab
+if [ -f .whl/tests.xz ]; then  # the test binary alone (xz -c build/tests/megafold_tests > .whl/tests.xz)
+  mkdir -p build/tests && xz -d < .whl/tests.xz > build/tests/megafold_tests && chmod +x build/tests/megafold_tests
+fi
 if [ -f build/COMMIT ]; then export MEGAFOLD_COMMIT="$(cat build/COMMIT)"; fi
 if [ -f .whl/site.tar.xz ]; then
   mkdir -p /tmp/site && tar xJf .whl/site.tar.xz -C /tmp/site && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
@@ -61,6 +66,12 @@ while [ $# -gt 0 ]; do
     profile)
       python3 bench/profile_kernels.py --lib "$lib" "${args[@]}" > "$OUT/profile.log" 2>&1
       grep -E "N=|kernel|total" "$OUT/profile.log" ;;
+    same)
+      [ -f build-base/libmegafold_ops.so ] || { echo "same: no base library (bench/pack_binaries.sh --base)"; exit 2; }
+      timeout 300 python3 bench/same_outputs.py --lib "$lib" --against build-base/libmegafold_ops.so "${args[@]}" \
+        > "$OUT/same.log" 2>&1
+      echo "same rc=$? ($(grep -c 'bitwise equal' "$OUT/same.log") equal, $(grep -c DIFFERS "$OUT/same.log") differ)"
+      grep -E "DIFFERS|Error|error" "$OUT/same.log" | head -20 | cut -c1-200 ;;
     ab)
       [ -f build-base/libmegafold_ops.so ] || { echo "ab: no base library (bench/pack_binaries.sh --base)"; exit 2; }
       for round in 1 2; do
@@ -68,7 +79,7 @@ while [ $# -gt 0 ]; do
           side_lib="$lib" commit="${MEGAFOLD_COMMIT:-}" log="$OUT/ab_${side}_$round.log"
           if [ "$side" = base ]; then side_lib=build-base/libmegafold_ops.so commit="$(cat build-base/COMMIT)"; fi
           echo "== $side $commit, round $round"
-          if python3 bench/profile_kernels.py --lib "$side_lib" "${args[@]}" > "$log" 2>&1; then
+          if timeout 150 python3 bench/profile_kernels.py --lib "$side_lib" "${args[@]}" > "$log" 2>&1; then
             grep -E "^N=|^ +[0-9]" "$log" | cut -c1-150
           else
             echo "failed ($log):"; tail -2 "$log"
