@@ -336,6 +336,21 @@ __device__ __forceinline__ void wgmma_64x32_rs(float (&d)[16], const uint32_t (&
 #undef MEGAFOLD_WGMMA_64x32_RS
 }
 
+// D[64x8] += A[64x16] B[16x8]: A from registers (as wgmma_64x32_rs), B from shared memory,
+// K-major.
+template <typename T>
+__device__ __forceinline__ void wgmma_64x8_rs(float (&d)[4], const uint32_t (&a)[4], uint64_t b) {
+#define MEGAFOLD_WGMMA_64x8_RS(TYPE)                                                                   \
+  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %9, 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPE "." TYPE                             \
+               " {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, acc, 1, 1, 0;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+  if constexpr (kIsBf16<T>) MEGAFOLD_WGMMA_64x8_RS("bf16");
+  else MEGAFOLD_WGMMA_64x8_RS("f16");
+#undef MEGAFOLD_WGMMA_64x8_RS
+}
+
 // D[64x64] (+)= A[64x16] B[16x64]: A from registers (the accumulator layout of a previous
 // product, packed to pairs), B from shared memory, K-major unless kTransB (MN-major).
 template <typename T, int kTransB = 0>

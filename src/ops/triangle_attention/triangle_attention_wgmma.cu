@@ -80,8 +80,14 @@ struct Traits {
   // bf16 bias tile, whose unpacking and scaling the floats save, 2 slots of floats measured 1.13
   // against 1.20 ms at N = 768.)
   __host__ __device__ static constexpr int key_loop_stages(bool grad, bool mask) { return grad && mask ? 2 : 3; }
+  // The forward's row sums come from the tensor cores: P times a 16 x 8 block of ones (8 rows of
+  // 64 bytes, K-major, the B operand of each k-step of 16 keys), resident after the queries.
+  static constexpr int kOnesTile = 1024;
+  __host__ __device__ static constexpr int key_loop_resident(bool grad) {
+    return grad ? 2 * kRows * kTile : kRows * kTile + kOnesTile;
+  }
   __host__ __device__ static constexpr int key_loop_barriers(bool grad, bool mask) {
-    return (grad ? 2 : 1) * kRows * kTile + key_loop_stages(grad, mask) * key_stage(mask);
+    return key_loop_resident(grad) + key_loop_stages(grad, mask) * key_stage(mask);
   }
   static constexpr int kKeyLoopBarrierBytes = 128;  // the ring's barriers and `resident` after the slots
   __host__ __device__ static constexpr int key_loop_smem(bool grad, bool mask) {
@@ -269,6 +275,29 @@ __device__ __forceinline__ void issue_scores(float (&x)[32], const unsigned char
   wgmma_64x64_ss<T>(x, desc_add(da, 32), desc_add(db, 32), true);
 }
 
+// A resident 64-row tile of d = 32 (rows of kSwizzle = 64 bytes, the 16-byte chunk c of row r
+// at chunk c ^ (r / 2) % 4) as the A fragments of its two k-steps, for products whose A operand
+// stays for the whole kernel: warp w of the warpgroup gets rows 16w..16w+15, ldmatrix hands
+// matrix m the rows 16w + 8 (m % 2) + (lane % 8) at chunk 2 ks + m / 2.
+template <int kSwizzle>
+__device__ __forceinline__ void load_a_fragments(uint32_t (&a)[2][4], const unsigned char* tile, int warp16, int lane) {
+  static_assert(kSwizzle == 64, "rows of d = 32");
+  const int row = 16 * warp16 + lane % 16;
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    const int chunk = 2 * ks + lane / 16;
+    mma::ldmatrix_x4(a[ks], tile + row * kSwizzle + ((chunk ^ (row / 2) % 4) * 16));
+  }
+}
+
+// x (64 x 64) = A B^T over d = 32 as issue_scores, A from registers (load_a_fragments).
+template <typename T, int kSwizzle, bool kAdd = false>
+__device__ __forceinline__ void issue_scores(float (&x)[32], const uint32_t (&a)[2][4], const unsigned char* b) {
+  const uint64_t db = smem_desc<kSwizzle>(b);
+  wgmma_64x64_rs<T>(x, a[0], db, kAdd);
+  wgmma_64x64_rs<T>(x, a[1], desc_add(db, 32), true);
+}
+
 // The lse (base 2) and delta of rows i and i + 8 of one (b, r, h) ([B, R, H, N] arrays);
 // rows past N get lse = +inf (P = 0).
 __device__ __forceinline__ void row_stats(const TriangleAttentionParams& p, int64_t bh_row, int64_t i,
@@ -353,8 +382,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   constexpr int kBiasBytes = Tr::kBiasFragments;
   extern __shared__ __align__(1024) unsigned char smem[];
   unsigned char* q_tiles = smem;                          // kRows tiles
-  unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ only)
-  unsigned char* stages = smem + (kGrad ? 2 : 1) * Tr::kRows * Tr::kTile;
+  unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ); the forward's ones
+  unsigned char* stages = smem + Tr::key_loop_resident(kGrad);
   auto& ring = *reinterpret_cast<KernelRing<kStages>*>(smem + Tr::key_loop_barriers(kGrad, kMask));
   uint64_t& resident = *reinterpret_cast<uint64_t*>(&ring + 1);
   static_assert(sizeof(ring) + sizeof(resident) <= Tr::kKeyLoopBarrierBytes, "the barriers' bytes");
@@ -371,6 +400,14 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int b = blockIdx.z / static_cast<int>(p.H), h = blockIdx.z % static_cast<int>(p.H);
   const int steps = static_cast<int>((p.N + Tr::kBlockN - 1) / Tr::kBlockN);
 
+  if constexpr (!kGrad) {
+    // The ones of the row sums' B operand (1.0 is 0x3f80 in bf16, 0x3c00 in fp16), written
+    // through the generic proxy and fenced for the tensor cores' reads.
+    constexpr uint32_t kOne = kIsBf16<T> ? 0x3f80u : 0x3c00u;
+    static_assert(Tr::kOnesTile == 4 * Tr::kThreads, "one word per thread");
+    reinterpret_cast<uint32_t*>(do_tiles)[threadIdx.x] = kOne | kOne << 16;
+    fence_async_shared();
+  }
   init_barriers(ring, resident);
   auto issue = [&](int step) {
     // The mask rows come with every step's tiles (256 bytes a row), though only the tiles with
@@ -417,14 +454,23 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   float acc[16];  // O, or dQ / scale
 #pragma unroll
   for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // forward: running max, row sums
+  float m[2] = {-INFINITY, -INFINITY};  // forward: running maxima of rows i_first, i_first + 8
+  // Forward: the row sums of P (as the product sees it, rounded to T), accumulated with O by
+  // the tensor cores as P times ones: rows i_first (sums[0], sums[1]) and i_first + 8 (sums[2],
+  // sums[3]), every column the same sum.
+  float sums[4] = {0.f, 0.f, 0.f, 0.f};
   // The scores of the step at hand: S = bias / scale + Q K^T (unscaled logits; the accumulators
   // start at the bias fragments), and for dQ dP = dO V^T.
   float x[32], dp[kGrad ? 32 : 1];
+  // The resident queries (and dO) as A fragments in registers: the scores' products then read
+  // only the keys (values) from shared memory, whose bandwidth the bias fragments' loads share.
+  uint32_t q_frag[2][4], do_frag[kGrad ? 2 : 1][4];
+  load_a_fragments<Tr::kSwizzle>(q_frag, q_tiles + wg * Tr::kTile, warp % 4, lane);
+  if constexpr (kGrad) load_a_fragments<Tr::kSwizzle>(do_frag, do_tiles + wg * Tr::kTile, warp % 4, lane);
   // Issues the scores of the step in slot s (not committed).
   auto issue_step_scores = [&](int s) {
-    issue_scores<T, Tr::kSwizzle, kBias>(x, q_tiles + wg * Tr::kTile, k_tile(s, wg));
-    if constexpr (kGrad) issue_scores<T, Tr::kSwizzle>(dp, do_tiles + wg * Tr::kTile, v_tile(s, wg));
+    issue_scores<T, Tr::kSwizzle, kBias>(x, q_frag, k_tile(s, wg));
+    if constexpr (kGrad) issue_scores<T, Tr::kSwizzle>(dp, do_frag, v_tile(s, wg));
   };
   // Mask of the scores of `step` (in slot s): the key mask where the tile holds a masked key,
   // else -inf past N alone.
@@ -441,8 +487,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     to_a_fragments<T, 32>(a, x);
   };
   // Forward: the online softmax (base 2) of `step`'s scores in place, P = 2^(c x - m') in x;
-  // the row sums rescaled to the new maxima and grown by P, corr[half] the factor O still
-  // needs (applied by rescale_and_pack once the product reading O is done).
+  // corr[half] the factor O and the row sums still need (applied by rescale_and_pack once the
+  // product accumulating them is done).
   auto softmax_in_place = [&](int step, int s, float(&corr)[2]) {
     mask_scores(step, s);
     float off[2];
@@ -461,23 +507,25 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       corr[half] = exp2_approx((m[half] - m_use) * to_log2);
       m[half] = m_new;
       off[half] = -m_use * to_log2;
-      l[half] *= corr[half];
     }
 #pragma unroll
-    for (int i = 0; i < 32; i += 2) {  // pairs: half the length of the row-sum chains
-      const int half = (i / 2) % 2;
-      x[i] = exp2_approx(fmaf(x[i], to_log2, off[half]));
-      x[i + 1] = exp2_approx(fmaf(x[i + 1], to_log2, off[half]));
-      l[half] += x[i] + x[i + 1];
-    }
+    for (int i = 0; i < 32; ++i) x[i] = exp2_approx(fmaf(x[i], to_log2, off[(i / 2) % 2]));
   };
   // O rescaled to the maxima of the step whose P is in x, and that P as the product's A fragments.
   auto rescale_and_pack = [&](const float(&corr)[2], uint32_t(&a)[4][4]) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[i] *= corr[(i / 2) % 2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[i] *= corr[i / 2];
     to_a_fragments<T, 32>(a, x);
   };
-  const auto product_tile = [&](int s) { return kGrad ? k_tile(s, wg) : v_tile(s, wg); };
+  // Forward: O += P V and sums += P 1 for the step in slot s (issued, not committed).
+  const uint64_t ones = smem_desc<Tr::kSwizzle>(do_tiles);
+  auto issue_values_product = [&](const uint32_t(&a)[4][4], int s) {
+    issue_rows_product<T, Tr::kSwizzle, 4>(acc, a, v_tile(s, wg));
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) wgmma_64x8_rs<T>(sums, a[ks], ones);
+  };
   // The scores of the step in slot s on their own, waited for.
   auto step_scores = [&](int s) {
     if constexpr (kBias) load_bias_fragments(x, bias_tile(s), warp % 4, lane);
@@ -486,7 +534,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(x);
-    if constexpr (kGrad) fence_registers(dp);
+    fence_registers(q_frag);  // read by the products until the wait (see fence_registers)
+    if constexpr (kGrad) fence_registers(dp), fence_registers(do_frag);
   };
   if constexpr (kGrad) {
     // dQ: per step, the scores, then the product. (Issued in one group with the next step's
@@ -498,7 +547,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
         step_scores(s);
         uint32_t a[4][4];
         to_ds_operand(step, s, a);
-        gemm_rows<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
+        gemm_rows<T, Tr::kSwizzle, 4>(acc, a, k_tile(s, wg));
       }
       release(ring, s, wg, step, steps, issue);
     }
@@ -520,27 +569,39 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
       if (live) {
         if constexpr (kBias) load_bias_fragments(x, bias_tile(next), warp % 4, lane);
         fence_registers(acc);
+        fence_registers(sums);
         wgmma_fence();
         issue_step_scores(next);
         wgmma_commit();
-        issue_rows_product<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
+        issue_values_product(a, s);
         wgmma_commit();
         wgmma_wait<1>();
         fence_registers(x);
+        fence_registers(q_frag);
         softmax_in_place(step, next, corr);
         // ptxas schedules the wait as early as the block allows, above the softmax; a branch
-        // on the row sums (never taken: sums of exponentials are not negative, NaN compares
-        // false) ends the block after it, so the exponentials run under the product.
-        if (l[0] + l[1] < 0.f) asm volatile("nanosleep.u32 0;\n");
+        // on the last exponentials (never taken: they are not negative, NaN compares false)
+        // ends the block after it, so the exponentials run under the product.
+        if (x[30] + x[31] < 0.f) asm volatile("nanosleep.u32 0;\n");
         wgmma_wait<0>();
         fence_registers(acc);
+        fence_registers(sums);
         fence_registers(a);
         rescale_and_pack(corr, a);
       }
       release(ring, s, wg, step - 1, steps, issue);
       s = next;
     }
-    if (live) gemm_rows<T, Tr::kSwizzle, 4>(acc, a, product_tile(s));
+    if (live) {
+      fence_registers(acc);
+      fence_registers(sums);
+      wgmma_fence();
+      issue_values_product(a, s);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(acc);
+      fence_registers(sums);
+    }
   }
   if (!live) return;
 
@@ -548,11 +609,9 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     const float mul[2] = {p.scale, p.scale};
     store_rows<T>(p.dq, p.dq_stride, p, b, r, h, i_first, acc, mul, t);
   } else {
-    float inv[2];
+    float inv[2], l[2] = {sums[0], sums[2]};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
-      l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
       inv[half] = l[half] > 0.f ? 1.f / l[half] : 0.f;  // a fully masked row gives zeros
       const int64_t i = i_first + 8 * half;
       if (t == 0 && i < p.N)
