@@ -12,11 +12,13 @@
 //   block per row. Per 64-key step:
 //     S = bias / scale + Q K^T   the accumulators start at the bias, stored as floats in the
 //                        order the threads hold the scores (bias_fragments_kernel), and
-//                        wgmma m64n64k16 x2 adds the product (both operands in shared memory)
+//                        wgmma m64n64k16 x2 adds the product (Q as A fragments in registers,
+//                        loaded once; K from shared memory)
 //     forward: online softmax (base 2) in registers, O += P V (m64n32k16 x4, P from
-//       registers, V read transposed from shared memory), issued behind the next step's
-//       scores so that the next softmax runs while it does
-//     dQ: dP = dO V^T, dS = P (dP - delta), dQ += dS K
+//       registers, V read transposed from shared memory) and the row sums P 1 (m64n8k16 x4
+//       against a resident block of ones), issued behind the next step's scores so that the
+//       next softmax runs while they do
+//     dQ: dP = dO V^T (dO in registers too), dS = P (dP - delta), dQ += dS K
 // - dK/dV: block = one tile of 64 keys of kRows rows; the query tiles stream (with the bias
 //   tile, shared by the rows, and each row's lse and delta). Per 64-query step, transposed:
 //     S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q
