@@ -11,11 +11,14 @@
 #   tests [GTEST_FILTER]       the CUDA tests (default: every *Cuda* suite and the memory tests)
 #   attention ARGS             bench/triangle_attention.py
 #   profile ARGS               bench/profile_kernels.py (per-kernel time and ceilings)
-#   same ARGS                  bench/same_outputs.py: this build's triangle attention against the
-#                              base library's (as for ab), bit for bit
-#   ab ARGS                    bench/profile_kernels.py ARGS on the base op library
-#                              (bench/pack_binaries.sh --base: .whl/base.tar.xz) and on this
-#                              build's, alternated twice in the call (METHOD.md: same machine)
+#   variants NAME... [ARGS]    op libraries against the base one (bench/pack_binaries.sh --variant
+#                              NAME: .whl/NAME.tar.xz into build-NAME/, base = the base; NAME new
+#                              is this call's build): each variant's triangle-attention tests and
+#                              bench/same_outputs.py against the base, then bench/profile_kernels.py
+#                              ARGS (from the first argument that starts with -) on the base and
+#                              every variant, alternated twice (METHOD.md: same machine), and
+#                              bench/ab_table.py's per-kernel table. Carry .whl/bin.tar.xz,
+#                              .whl/tests.xz, .whl/base.tar.xz and each .whl/NAME.tar.xz.
 #   block ARGS                 bench/pairformer_block.py
 #   fused ARGS                 bench/fused_ops.py
 #   ncu NAME REGEX COUNT SCRIPT ARGS
@@ -32,7 +35,9 @@ export LD_LIBRARY_PATH="$torch_lib:$PWD/build/src:/usr/local/cuda/lib64:${LD_LIB
 # Binaries may come packed too (a call carrying the baselines' ~50 MB of packages has no room
 # for them unpacked): bench/pack_binaries.sh's .whl/bin.tar.xz.
 if [ -f .whl/bin.tar.xz ]; then tar xJf .whl/bin.tar.xz; fi
-if [ -f .whl/base.tar.xz ]; then tar xJf .whl/base.tar.xz; fi  # the base side of stages same and ab
+for packed in .whl/*.tar.xz; do  # op libraries of stage variants (build-NAME/)
+  case "$packed" in .whl/bin.tar.xz|.whl/site.tar.xz|'.whl/*.tar.xz') ;; *) tar xJf "$packed" ;; esac
+done
 if [ -f .whl/tests.xz ]; then  # the test binary alone (xz -c build/tests/megafold_tests > .whl/tests.xz)
   mkdir -p build/tests && xz -d < .whl/tests.xz > build/tests/megafold_tests && chmod +x build/tests/megafold_tests
 fi
@@ -66,26 +71,32 @@ while [ $# -gt 0 ]; do
     profile)
       python3 bench/profile_kernels.py --lib "$lib" "${args[@]}" > "$OUT/profile.log" 2>&1
       grep -E "N=|kernel|total" "$OUT/profile.log" ;;
-    same)
-      [ -f build-base/libmegafold_ops.so ] || { echo "same: no base library (bench/pack_binaries.sh --base)"; exit 2; }
-      timeout 300 python3 bench/same_outputs.py --lib "$lib" --against build-base/libmegafold_ops.so "${args[@]}" \
-        > "$OUT/same.log" 2>&1
-      echo "same rc=$? ($(grep -c 'bitwise equal' "$OUT/same.log") equal, $(grep -c DIFFERS "$OUT/same.log") differ)"
-      grep -E "DIFFERS|Error|error" "$OUT/same.log" | head -20 | cut -c1-200 ;;
-    ab)
-      [ -f build-base/libmegafold_ops.so ] || { echo "ab: no base library (bench/pack_binaries.sh --base)"; exit 2; }
+    variants)
+      [ -f build-base/libmegafold_ops.so ] || { echo "variants: no base library (bench/pack_binaries.sh --base)"; exit 2; }
+      names=() profile_args=()
+      for arg in "${args[@]}"; do
+        if [ ${#profile_args[@]} -gt 0 ] || [ "${arg#-}" != "$arg" ]; then profile_args+=("$arg"); else names+=("$arg"); fi
+      done
+      variant_dir() { if [ "$1" = new ]; then dirname "$lib"; else echo "build-$1"; fi; }
+      for name in "${names[@]}"; do
+        dir="$(variant_dir "$name")"
+        [ -f "$dir/libmegafold_ops.so" ] || { echo "variants: no $dir/libmegafold_ops.so"; exit 2; }
+        LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" timeout 300 "$tests" --gtest_filter="TriangleAttention*" \
+          > "$OUT/tests_$name.log" 2>&1
+        echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$name.log" | tr '\n' ' ')"
+        timeout 300 python3 bench/same_outputs.py --lib "$dir/libmegafold_ops.so" \
+          --against build-base/libmegafold_ops.so > "$OUT/same_$name.log" 2>&1
+        echo "$name: against the base, $(grep -c 'bitwise equal' "$OUT/same_$name.log") tensors bitwise equal," \
+          "$(grep -c DIFFERS "$OUT/same_$name.log") differ (the largest by $(grep -o '([0-9.e+-]* of max' \
+          "$OUT/same_$name.log" | tr -d '(' | sort -g | tail -1 | cut -d' ' -f1) of the base's largest value)"
+      done
       for round in 1 2; do
-        for side in base new; do
-          side_lib="$lib" commit="${MEGAFOLD_COMMIT:-}" log="$OUT/ab_${side}_$round.log"
-          if [ "$side" = base ]; then side_lib=build-base/libmegafold_ops.so commit="$(cat build-base/COMMIT)"; fi
-          echo "== $side $commit, round $round"
-          if timeout 150 python3 bench/profile_kernels.py --lib "$side_lib" "${args[@]}" > "$log" 2>&1; then
-            grep -E "^N=|^ +[0-9]" "$log" | cut -c1-150
-          else
-            echo "failed ($log):"; tail -2 "$log"
-          fi
+        for name in base "${names[@]}"; do
+          timeout 150 python3 bench/profile_kernels.py --lib "$(variant_dir "$name")/libmegafold_ops.so" \
+            "${profile_args[@]}" > "$OUT/ab_${name}_$round.log" 2>&1 || echo "$name round $round failed ($OUT/ab_${name}_$round.log)"
         done
-      done ;;
+      done
+      python3 bench/ab_table.py "$OUT" base "${names[@]}" ;;
     fused)
       python3 bench/fused_ops.py --lib "$lib" --out "$OUT/fused_ops.json" "${args[@]}" 2> "$OUT/fused.log" \
         | cut -c1-300 ;;

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Per-kernel table of an A/B run: bench/profile_kernels.py logs DIR/ab_NAME_ROUND.log (one per
+library and round, as bench/device_session.sh's stage `variants` writes them), one row per
+(N, kernel), one column per library with every round's median and, beside each variant, the
+change of its mean against the base's. The kernels are matched by name, not by their order in
+the log (which sorts them by time).
+
+usage: python3 bench/ab_table.py DIR BASE [VARIANT...]
+"""
+import pathlib
+import re
+import sys
+
+KERNEL = re.compile(r"^\s+([\d.]+)\s+x\d+\s+(.*?)\s{2,}")
+TOTAL = re.compile(r"^\s+([\d.]+)\s+(total of the kernels|per step between events)")
+
+
+def read(path):
+    """{(n, kernel): ms} of one log."""
+    times, n = {}, None
+    for line in path.read_text().splitlines():
+        if m := re.match(r"N=(\d+)", line):
+            n = int(m.group(1))
+        elif n is not None and (m := KERNEL.match(line) or TOTAL.match(line)):
+            times[(n, m.group(2).strip())] = float(m.group(1))
+    return times
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    out, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
+    runs = {name: [read(p) for p in sorted(out.glob(f"ab_{name}_*.log"))] for name in names}
+    base = names[0]
+    keys = sorted({k for r in runs[base] for k in r}, key=lambda k: (k[0], k[1].startswith(("total", "per step")), k[1]))
+    width = max(len(f"N={n} {k}") for n, k in keys) if keys else 10
+    print(f"{'':{width}s}  " + "  ".join(f"{name:>22s}" for name in names))
+    for key in keys:
+        cells, base_mean = [], None
+        for name in names:
+            values = [r[key] for r in runs[name] if key in r]
+            if not values:
+                cells.append(f"{'-':>22s}")
+                continue
+            mean = sum(values) / len(values)
+            text = " / ".join(f"{v:.3f}" for v in values)
+            if name == base:
+                base_mean = mean
+            elif base_mean:
+                text += f" ({100 * (mean / base_mean - 1):+.1f}%)"
+            cells.append(f"{text:>22s}")
+        print(f"{'N=%d %s' % key:{width}s}  " + "  ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
