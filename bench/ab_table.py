@@ -11,7 +11,8 @@ import pathlib
 import re
 import sys
 
-KERNEL = re.compile(r"^\s+([\d.]+)\s+x\d+\s+(.*?)\s{2,}")
+# The lines bench/profile_kernels.py prints (kernel_line, TOTAL_LABEL, WALL_LABEL).
+KERNEL = re.compile(r"^\s+([\d.]+)\s+x\d+\s+(.*?)(?:\s{2,}|\s*$)")
 TOTAL = re.compile(r"^\s+([\d.]+)\s+(total of the kernels|per step between events)")
 
 

@@ -38,6 +38,14 @@ PRODUCTS = [
     (r"dbias_kernel", "bias gradient", 2),
 ]
 
+TOTAL_LABEL, WALL_LABEL = "total of the kernels", "per step between events"
+
+
+def kernel_line(ms, per_step, label, ceil=""):
+    """One kernel's line of the report: median ms, launches per step, name, ceilings
+    (bench/ab_table.py reads these lines back)."""
+    return f"  {ms:8.3f}  x{per_step}  {label[:100]:100s}  {ceil}".rstrip()
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,9 +122,9 @@ def main():
                 flops, exps = match[1] * 2 * D * H * n**3, H * n**3
                 ceil = (f"{flops / ms / 1e9:6.1f} TFLOP/s = {100 * flops / ms / 1e-3 / TENSOR_PEAK:4.1f}% tensor, "
                         f"{100 * exps / ms / 1e-3 / EXP_PEAK:4.1f}% exp")
-            print(f"  {ms:8.3f}  x{len(ts) // REPS}  {(short or name)[:100]:100s} {ceil}")
-        print(f"  {total:8.3f}  total of the kernels")
-        print(f"  {sorted(walls)[len(walls) // 2]:8.3f}  per step between events (kernels and the gaps between them)")
+            print(kernel_line(ms, len(ts) // REPS, short or name, ceil))
+        print(f"  {total:8.3f}  {TOTAL_LABEL}")
+        print(f"  {sorted(walls)[len(walls) // 2]:8.3f}  {WALL_LABEL} (kernels and the gaps between them)")
 
 
 if __name__ == "__main__":
