@@ -13,7 +13,7 @@
 #   profile ARGS               bench/profile_kernels.py (per-kernel time and ceilings)
 #   variants NAME... [ARGS]    op libraries against the base one (bench/pack_binaries.sh --variant
 #                              NAME: .whl/NAME.tar.xz into build-NAME/, base = the base; NAME new
-#                              is this call's build): each variant's triangle-attention tests and
+#                              is this call's build): each variant's triangle-attention CUDA tests and
 #                              bench/same_outputs.py against the base, then bench/profile_kernels.py
 #                              ARGS (from the first argument that starts with -) on the base and
 #                              every variant, alternated twice (METHOD.md: same machine), and
@@ -81,7 +81,9 @@ while [ $# -gt 0 ]; do
       for name in "${names[@]}"; do
         dir="$(variant_dir "$name")"
         [ -f "$dir/libmegafold_ops.so" ] || { echo "variants: no $dir/libmegafold_ops.so"; exit 2; }
-        LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" timeout 300 "$tests" --gtest_filter="TriangleAttention*" \
+        # One test binary serves every library: only the suites that call the op through its
+        # tensor API, not those that build the kernels' parameter struct (whose layout may differ).
+        LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" timeout 300 "$tests" --gtest_filter="TriangleAttentionCuda*" \
           > "$OUT/tests_$name.log" 2>&1
         echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$name.log" | tr '\n' ' ')"
         timeout 300 python3 bench/same_outputs.py --lib "$dir/libmegafold_ops.so" \
