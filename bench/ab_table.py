@@ -11,9 +11,12 @@ import pathlib
 import re
 import sys
 
-# The lines bench/profile_kernels.py prints (kernel_line, TOTAL_LABEL, WALL_LABEL).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from profile_kernels import TOTAL_LABEL, WALL_LABEL  # noqa: E402  (the report's own labels)
+
+# The lines bench/profile_kernels.py prints (kernel_line, sum_line).
 KERNEL = re.compile(r"^\s+([\d.]+)\s+x\d+\s+(.*?)(?:\s{2,}|\s*$)")
-TOTAL = re.compile(r"^\s+([\d.]+)\s+(total of the kernels|per step between events)")
+TOTAL = re.compile(rf"^\s+([\d.]+)\s+({re.escape(TOTAL_LABEL)}|{re.escape(WALL_LABEL)})")
 
 
 def read(path):
@@ -33,7 +36,7 @@ def main():
     out, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
     runs = {name: [read(p) for p in sorted(out.glob(f"ab_{name}_*.log"))] for name in names}
     base = names[0]
-    keys = sorted({k for r in runs[base] for k in r}, key=lambda k: (k[0], k[1].startswith(("total", "per step")), k[1]))
+    keys = sorted({k for r in runs[base] for k in r}, key=lambda k: (k[0], k[1] in (TOTAL_LABEL, WALL_LABEL), k[1]))
     width = max(len(f"N={n} {k}") for n, k in keys) if keys else 10
     print(f"{'':{width}s}  " + "  ".join(f"{name:>22s}" for name in names))
     for key in keys:

@@ -47,6 +47,11 @@ def kernel_line(ms, per_step, label, ceil=""):
     return f"  {ms:8.3f}  x{per_step}  {label[:100]:100s}  {ceil}".rstrip()
 
 
+def sum_line(ms, label, note=""):
+    """A step's total line (label TOTAL_LABEL or WALL_LABEL), as bench/ab_table.py reads it."""
+    return f"  {ms:8.3f}  {label}{note}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
@@ -123,8 +128,8 @@ def main():
                 ceil = (f"{flops / ms / 1e9:6.1f} TFLOP/s = {100 * flops / ms / 1e-3 / TENSOR_PEAK:4.1f}% tensor, "
                         f"{100 * exps / ms / 1e-3 / EXP_PEAK:4.1f}% exp")
             print(kernel_line(ms, len(ts) // REPS, short or name, ceil))
-        print(f"  {total:8.3f}  {TOTAL_LABEL}")
-        print(f"  {sorted(walls)[len(walls) // 2]:8.3f}  {WALL_LABEL} (kernels and the gaps between them)")
+        print(sum_line(total, TOTAL_LABEL))
+        print(sum_line(sorted(walls)[len(walls) // 2], WALL_LABEL, " (kernels and the gaps between them)"))
 
 
 if __name__ == "__main__":

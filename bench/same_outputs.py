@@ -58,13 +58,15 @@ def dump(lib, ns, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
-    ap.add_argument("--against", help="the base library; without it, only --dump runs")
+    ap.add_argument("--against", help="the base library (required)")
     ap.add_argument("--n", type=int, nargs="+", default=[129, 576, 1000])
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.dump:
         dump(args.lib, args.n, args.dump)
         return 0
+    if not args.against:
+        ap.error("--against BASE.so is required")
     with tempfile.TemporaryDirectory() as tmp:
         paths = {}
         for side, lib in (("new", args.lib), ("base", args.against)):

@@ -17,7 +17,7 @@ def write_log(path, profile, rows):
     for n, kernels in rows.items():
         lines.append(f"N={n}: per fwd+bwd, median ms")
         lines += [profile.kernel_line(ms, 1, label, "200.0 TFLOP/s = 20.2% tensor, 38.0% exp") for ms, label in kernels]
-        lines.append(f"  {sum(ms for ms, _ in kernels):8.3f}  {profile.TOTAL_LABEL}")
+        lines.append(profile.sum_line(sum(ms for ms, _ in kernels), profile.TOTAL_LABEL))
     path.write_text("\n".join(lines) + "\n")
 
 

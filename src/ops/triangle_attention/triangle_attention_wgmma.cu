@@ -384,7 +384,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   constexpr int kBiasBytes = Tr::kBiasFragments;
   extern __shared__ __align__(1024) unsigned char smem[];
   unsigned char* q_tiles = smem;                          // kRows tiles
-  unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ); the forward's ones
+  unsigned char* do_tiles = smem + Tr::kRows * Tr::kTile;  // kRows tiles (dQ only)
+  unsigned char* ones_tile = do_tiles;                     // the forward's, in dO's place
   unsigned char* stages = smem + Tr::key_loop_resident(kGrad);
   auto& ring = *reinterpret_cast<KernelRing<kStages>*>(smem + Tr::key_loop_barriers(kGrad, kMask));
   uint64_t& resident = *reinterpret_cast<uint64_t*>(&ring + 1);
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     // through the generic proxy and fenced for the tensor cores' reads.
     constexpr uint32_t kOne = kIsBf16<T> ? 0x3f80u : 0x3c00u;
     static_assert(Tr::kOnesTile == 4 * Tr::kThreads, "one word per thread");
-    reinterpret_cast<uint32_t*>(do_tiles)[threadIdx.x] = kOne | kOne << 16;
+    reinterpret_cast<uint32_t*>(ones_tile)[threadIdx.x] = kOne | kOne << 16;
     fence_async_shared();
   }
   init_barriers(ring, resident);
@@ -522,7 +523,7 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     to_a_fragments<T, 32>(a, x);
   };
   // Forward: O += P V and sums += P 1 for the step in slot s (issued, not committed).
-  const uint64_t ones = smem_desc<Tr::kSwizzle>(do_tiles);
+  const uint64_t ones = smem_desc<Tr::kSwizzle>(ones_tile);
   auto issue_values_product = [&](const uint32_t(&a)[4][4], int s) {
     issue_rows_product<T, Tr::kSwizzle, 4>(acc, a, v_tile(s, wg));
 #pragma unroll
