@@ -150,6 +150,43 @@ TEST_F(TriangleAttentionCuda, MaskedKeysWithHugeLogitsGetZeroGradients) {
     for (size_t i : {2, 3}) EXPECT_EQ(ours[i].select(2, key).abs().max().item<float>(), 0.f) << names[i] << " key " << key;
 }
 
+// Biases near and past the range in which the bias gradient takes e^bias out of its sum over
+// rows (|bias| <= 40 in every entry of a block of 128 queries x 64 keys). A constant added to
+// all keys of a query row changes no output or gradient, so the kernels run on bands of rows
+// shifted by -100 and -70 (blocks that must sum with the bias in the scores: factored, e^100
+// would overflow) and by -39 and +39 (factored), and are compared against the references on
+// the unshifted bias. The bias is kept on multiples of 0.5 so that both shifted and unshifted
+// values are exact in bf16 and fp16.
+TEST_F(TriangleAttentionCuda, BiasGradientAcrossTheFactoredRange) {
+  const int64_t N = 200, R = 5, H = 2, d = 32;
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const at::Tensor bias = (at::randn({1, H, N, N}, o) * 4).round().clamp(-2, 2) / 2;
+  at::Tensor shift = at::zeros({1, 1, N, 1}, o);
+  shift.narrow(2, 0, 64).fill_(-100.f);
+  shift.narrow(2, 64, 64).fill_(-70.f);
+  shift.narrow(2, 128, 40).fill_(-39.f);
+  shift.narrow(2, 168, 32).fill_(39.f);
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    std::vector<at::Tensor> in = {at::randn({1, R, N, H, d}, o), at::randn({1, R, N, H, d}, o),
+                                  at::randn({1, R, N, H, d}, o), bias, at::Tensor()};
+    const at::Tensor grad = at::randn({1, R, N, H, d}, o);
+    const auto ref64 = run(in, at::Tensor(), grad, at::kDouble, true);
+    const auto naive = run(in, at::Tensor(), grad, dtype, true);
+    in[3] = bias + shift;
+    ASSERT_TRUE(at::equal(in[3].to(dtype).to(at::kFloat), in[3])) << "shifted bias not exact";
+    const auto ours = run(in, at::Tensor(), grad, dtype, false);
+    const std::vector<std::string> names = {"out", "dq", "dk", "dv", "dbias"};
+    ASSERT_EQ(ours.size(), names.size());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(ours[i].isfinite().all().item<bool>()) << names[i];
+      expect_within_derived_tolerance(ours[i], naive[i], ref64[i], 1e-3, names[i].c_str());
+    }
+    const auto again = run(in, at::Tensor(), grad, dtype, false);
+    for (size_t i = 1; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], again[i])) << names[i];
+  }
+}
+
 // A padded crop's mask: the Hopper kernels add it only to the 64-key tiles that hold a masked
 // key (the tile at each row's edge and those past it), up to two words of tile bits per row.
 TEST_F(TriangleAttentionCuda, PaddedCropMasks) {

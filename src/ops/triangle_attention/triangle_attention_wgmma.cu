@@ -124,6 +124,10 @@ using mma::exp2_approx;
 using mma::pack2;
 
 constexpr float kLog2e = 1.4426950408889634f;
+// The bias gradient sums e^-bias-scaled probabilities over rows where every |bias| of its block
+// is at most this: e^40 = 2.4e17 leaves the float range's 3.4e38 room for the sum over rows and
+// the factor (dP - delta), and e^-40 keeps probabilities above 3e-21 normal floats.
+constexpr float kFactoredBiasLimit = 40.f;
 
 // Every kernel's ring: its two warpgroups refill it themselves.
 template <int kStages>
@@ -817,7 +821,25 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   const int64_t i_first = i0 + wg * Tr::kBlockM + row16 + g;
   barrier_wait(&resident, 0);
 
-  float acc[32];  // sum_r dS
+  // The bias does not depend on the row r, so its factor comes out of the sum over rows:
+  // dS = P (dP - delta) with P = 2^(c q.k - lse) e^bias, and sum_r dS = e^bias sum_r
+  // 2^(c q.k - lse) (dP - delta). Where the block's bias is moderate the rows' scores need no
+  // bias (no fragment reads per step; the factor is applied once at the end); where |bias| > 40
+  // somewhere, e^-bias could leave the float range inside the sum, and every step starts its
+  // scores at the bias as before.
+  const float to_log2 = p.scale * kLog2e;  // unscaled logits to base-2 exponents
+  // The fragments are read again for the factor at the end (held through the loop, they spill).
+  auto bias_fragments = [&](float(&frag)[32]) { load_bias_fragments(frag, bias_tiles + wg * Tr::kBiasFragments, warp % 4, lane); };
+  bool moderate = true;
+  {
+    float frag[32];
+    bias_fragments(frag);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) moderate = moderate && fabsf(frag[i]) * p.scale <= kFactoredBiasLimit;
+  }
+  const bool factored = __syncthreads_and(moderate);
+
+  float acc[32];  // sum_r dS (factored: without the bias's factor)
 #pragma unroll
   for (int i = 0; i < 32; ++i) acc[i] = 0.f;
   for (int step = 0; step < steps; ++step) {
@@ -826,7 +848,12 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     row_stats(p, ((static_cast<int64_t>(b) * p.R + r_begin + step) * p.H + h) * p.N, i_first, lse2, delta);
     const bool masked = kMask && tile_masked(p, b, r_begin + step, j0 / Tr::kBlockN);
     float x[32], dp[32];  // unscaled logits (see load_bias_fragments), dP
-    load_bias_fragments(x, bias_tiles + wg * Tr::kBiasFragments, warp % 4, lane);
+    if (factored) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) x[i] = 0.f;
+    } else {
+      bias_fragments(x);
+    }
     wgmma_fence();
     issue_scores<T, Tr::kSwizzle, true>(x, q_tile(s, wg), k_tile(s));
     issue_scores<T, Tr::kSwizzle>(dp, do_tile(s, wg), v_tile(s));
@@ -836,10 +863,17 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
     fence_registers(dp);
     if (masked) add_key_mask(x, mask_row(s), t);
     else mask_tail(x, j0, p.N, t);
-    to_ds(x, dp, lse2, delta, p.scale * kLog2e);
+    to_ds(x, dp, lse2, delta, to_log2);
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] += x[i];
     release(ring, s, wg, step, steps, issue);
+  }
+  if (factored) {
+    // e^bias = 2^(c bias / scale), the fragments being bias / scale.
+    float frag[32];
+    bias_fragments(frag);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] *= exp2_approx(frag[i] * to_log2);
   }
 
   float* out = p.dbias_partial + (chunk * p.B * p.H + bh) * p.N * p.N;
