@@ -88,9 +88,7 @@ while [ $# -gt 0 ]; do
         echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$name.log" | tr '\n' ' ')"
         timeout 300 python3 bench/same_outputs.py --lib "$dir/libmegafold_ops.so" \
           --against build-base/libmegafold_ops.so > "$OUT/same_$name.log" 2>&1
-        echo "$name: against the base, $(grep -c 'bitwise equal' "$OUT/same_$name.log") tensors bitwise equal," \
-          "$(grep -c DIFFERS "$OUT/same_$name.log") differ (the largest by $(grep -o '([0-9.e+-]* of max' \
-          "$OUT/same_$name.log" | tr -d '(' | sort -g | tail -1 | cut -d' ' -f1) of the base's largest value)"
+        echo "$name: against the base, $(tail -1 "$OUT/same_$name.log")"
       done
       for round in 1 2; do
         for name in base "${names[@]}"; do

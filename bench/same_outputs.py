@@ -8,7 +8,7 @@ The two libraries register the same op names, so each runs in a process of its o
 its tensors to a file; the parent compares them.
 
 usage: python3 bench/same_outputs.py --lib NEW.so --against BASE.so [--n 129 576 1000]
-exit status 0 when every tensor matches bitwise, 1 otherwise.
+A line per tensor, then a summary line; exit status 0 when every tensor matches bitwise, 1 otherwise.
 """
 import argparse
 import os
@@ -74,21 +74,29 @@ def main():
             subprocess.run([sys.executable, __file__, "--lib", lib, "--dump", paths[side], "--n", *map(str, args.n)],
                            check=True)
         new, base = (torch.load(paths[s]) for s in ("new", "base"))
-    same = True
+    return 0 if compare(new, base) else 1
+
+
+def compare(new, base):
+    """Prints a line per tensor of the two dumps and a summary line; whether all are bitwise equal."""
+    equal, relative = 0, []  # relative: each differing tensor's largest difference / its max |base|
     for name, tensors in base.items():
         for key, b in tensors.items():
             a = new[name][key]
             if torch.equal(a, b):
                 print(f"{name:32s} {key:6s} bitwise equal")
+                equal += 1
                 continue
-            same = False
             diff = (a.float() - b.float()).abs()
-            scale = b.float().abs().max().item()
-            print(f"{name:32s} {key:6s} DIFFERS: max |diff| {diff.max().item():.3e} "
-                  f"({diff.max().item() / max(scale, 1e-30):.2e} of max |base|), "
+            worst = diff.max().item()
+            relative.append(worst / max(b.float().abs().max().item(), 1e-30))
+            print(f"{name:32s} {key:6s} DIFFERS: max |diff| {worst:.3e} "
+                  f"({relative[-1]:.2e} of max |base|), "
                   f"{(diff > 0).float().mean().item() * 100:.3f}% of elements, nan new/base "
                   f"{a.isnan().sum().item()}/{b.isnan().sum().item()}")
-    return 0 if same else 1
+    largest = f" (the largest by {max(relative):.2e} of the base's largest value)" if relative else ""
+    print(f"{equal} tensors bitwise equal, {len(relative)} differ{largest}")
+    return not relative
 
 
 if __name__ == "__main__":

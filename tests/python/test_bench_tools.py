@@ -1,7 +1,10 @@
-"""bench/ab_table.py reads back what bench/profile_kernels.py prints."""
+"""bench/ab_table.py reads back what bench/profile_kernels.py prints; bench/same_outputs.py's
+comparison and the summary line bench/device_session.sh shows."""
 import importlib.util
 import subprocess
 import sys
+
+import torch
 
 
 def load(source_dir, name):
@@ -39,3 +42,14 @@ def test_ab_table_matches_kernels_by_name_and_reports_the_change(source_dir, tmp
     assert "(+0.0%)" in rows[f"N=768 {long_name[:100]}"]
     total = rows["N=768 total of the kernels"]
     assert "2.800 / 2.846" in total and "2.550 / 2.591 (-8.9%)" in total
+
+
+def test_same_outputs_summary_counts_equal_tensors_and_the_largest_relative_difference(source_dir, capsys):
+    same = load(source_dir, "same_outputs")
+    base = {"case": {"out": torch.tensor([1.0, -4.0]), "dq": torch.tensor([2.0, 8.0]), "dk": torch.tensor([3.0])}}
+    new = {"case": {"out": torch.tensor([1.0, -4.0]), "dq": torch.tensor([2.0, 8.5]), "dk": torch.tensor([3.3])}}
+    assert not same.compare(new, base)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "1 tensors bitwise equal, 2 differ (the largest by 1.00e-01 of the base's largest value)"
+    assert same.compare(base, base)
+    assert capsys.readouterr().out.splitlines()[-1] == "3 tensors bitwise equal, 0 differ"
