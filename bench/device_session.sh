@@ -72,10 +72,12 @@ while [ $# -gt 0 ]; do
       python3 bench/profile_kernels.py --lib "$lib" "${args[@]}" > "$OUT/profile.log" 2>&1
       grep -E "N=|kernel|total" "$OUT/profile.log" ;;
     variants)
-      [ -f build-base/libmegafold_ops.so ] || { echo "variants: no base library (bench/pack_binaries.sh --base)"; exit 2; }
+      [ -f build-base/libmegafold_ops.so ] ||
+        { echo "variants: no base library (bench/pack_binaries.sh --base)"; exit 2; }
       names=() profile_args=()
       for arg in "${args[@]}"; do
-        if [ ${#profile_args[@]} -gt 0 ] || [ "${arg#-}" != "$arg" ]; then profile_args+=("$arg"); else names+=("$arg"); fi
+        if [ ${#profile_args[@]} -gt 0 ] || [ "${arg#-}" != "$arg" ]; then profile_args+=("$arg")
+        else names+=("$arg"); fi
       done
       variant_dir() { if [ "$1" = new ]; then dirname "$lib"; else echo "build-$1"; fi; }
       for name in "${names[@]}"; do
@@ -92,8 +94,9 @@ while [ $# -gt 0 ]; do
       done
       for round in 1 2; do
         for name in base "${names[@]}"; do
+          log="$OUT/ab_${name}_$round.log"
           timeout 150 python3 bench/profile_kernels.py --lib "$(variant_dir "$name")/libmegafold_ops.so" \
-            "${profile_args[@]}" > "$OUT/ab_${name}_$round.log" 2>&1 || echo "$name round $round failed ($OUT/ab_${name}_$round.log)"
+            "${profile_args[@]}" > "$log" 2>&1 || echo "$name round $round failed ($log)"
         done
       done
       python3 bench/ab_table.py "$OUT" base "${names[@]}" ;;

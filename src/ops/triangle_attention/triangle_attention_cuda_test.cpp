@@ -53,6 +53,25 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& in, const at::Tensor&
   return r;
 }
 
+// Every output and gradient finite and within the derived tolerance of the references (one
+// name per tensor).
+void expect_finite_and_within_tolerance(const std::vector<at::Tensor>& ours, const std::vector<at::Tensor>& naive,
+                                        const std::vector<at::Tensor>& ref64, const std::vector<std::string>& names,
+                                        double atol) {
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_TRUE(ours[i].isfinite().all().item<bool>()) << names[i];
+    expect_within_derived_tolerance(ours[i], naive[i], ref64[i], atol, names[i].c_str());
+  }
+}
+
+// Deterministic: a second backward gives bitwise the same gradients as `ours`.
+void expect_bitwise_repeat(const std::vector<at::Tensor>& in, const at::Tensor& mask, const at::Tensor& grad,
+                           at::ScalarType dtype, const std::vector<at::Tensor>& ours,
+                           const std::vector<std::string>& names) {
+  const auto again = run(in, mask, grad, dtype, false);
+  for (size_t i = 1; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], again[i])) << names[i];
+}
+
 void check_case(const Case& c) {
   SCOPED_TRACE("dtype " + std::string(c10::toString(c.dtype)) + " N=" + std::to_string(c.N) +
                " R=" + std::to_string(c.R) + " H=" + std::to_string(c.H) + " d=" + std::to_string(c.d) +
@@ -83,9 +102,7 @@ void check_case(const Case& c) {
     EXPECT_EQ(ours[0].select(1, 0).abs().max().item<float>(), 0.f) << "fully masked row";
     for (size_t i = 1; i < ours.size(); ++i) EXPECT_TRUE(ours[i].isfinite().all().item<bool>()) << names[i];
   }
-  // Deterministic: a second backward gives bitwise the same gradients.
-  const auto again = run(in, mask, grad, c.dtype, false);
-  for (size_t i = 1; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], again[i])) << names[i];
+  expect_bitwise_repeat(in, mask, grad, c.dtype, ours, names);
 }
 
 class TriangleAttentionCuda : public ::testing::Test {
@@ -142,10 +159,7 @@ TEST_F(TriangleAttentionCuda, MaskedKeysWithHugeLogitsGetZeroGradients) {
   const auto ours = run(in, mask, grad, at::kHalf, false);
   const std::vector<std::string> names = {"out", "dq", "dk", "dv", "dbias", "dgate"};
   ASSERT_EQ(ours.size(), names.size());
-  for (size_t i = 0; i < ours.size(); ++i) {
-    EXPECT_TRUE(ours[i].isfinite().all().item<bool>()) << names[i];
-    expect_within_derived_tolerance(ours[i], naive[i], ref64[i], 1e-3, names[i].c_str());
-  }
+  expect_finite_and_within_tolerance(ours, naive, ref64, names, 1e-3);
   for (const int64_t key : {5, 66})
     for (size_t i : {2, 3}) EXPECT_EQ(ours[i].select(2, key).abs().max().item<float>(), 0.f) << names[i] << " key " << key;
 }
@@ -178,12 +192,8 @@ TEST_F(TriangleAttentionCuda, BiasGradientAcrossTheFactoredRange) {
     const auto ours = run(in, at::Tensor(), grad, dtype, false);
     const std::vector<std::string> names = {"out", "dq", "dk", "dv", "dbias"};
     ASSERT_EQ(ours.size(), names.size());
-    for (size_t i = 0; i < ours.size(); ++i) {
-      EXPECT_TRUE(ours[i].isfinite().all().item<bool>()) << names[i];
-      expect_within_derived_tolerance(ours[i], naive[i], ref64[i], 1e-3, names[i].c_str());
-    }
-    const auto again = run(in, at::Tensor(), grad, dtype, false);
-    for (size_t i = 1; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], again[i])) << names[i];
+    expect_finite_and_within_tolerance(ours, naive, ref64, names, 1e-3);
+    expect_bitwise_repeat(in, at::Tensor(), grad, dtype, ours, names);
   }
 }
 

@@ -830,7 +830,9 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   // scores at the bias as before.
   const float to_log2 = p.scale * kLog2e;  // unscaled logits to base-2 exponents
   // The fragments are read again for the factor at the end (held through the loop, they spill).
-  auto bias_fragments = [&](float(&frag)[32]) { load_bias_fragments(frag, bias_tiles + wg * Tr::kBiasFragments, warp % 4, lane); };
+  auto bias_fragments = [&](float(&frag)[32]) {
+    load_bias_fragments(frag, bias_tiles + wg * Tr::kBiasFragments, warp % 4, lane);
+  };
   bool moderate = true;
   {
     float frag[32];
