@@ -102,9 +102,9 @@ struct Traits {
   // and measured 1.58 against 1.55 ms at N = 768.
   static constexpr int kQueryStage = align(2 * kRows * kTile + kBiasTile + kRows * kStatRow);
   static constexpr int kQuerySmem = 2 * kRows * kTile + kStages * kQueryStage + 1024;
-  // Bias gradient: per step (row r), queries and dO of both halves, keys, values, key mask;
-  // resident: the bias fragments of both halves.
-  static constexpr int kRowStage = align(2 * kRows * kTile + 2 * kTile + kMaskRow);
+  // Bias gradient: per step (row r), queries and dO of both halves, keys, values, key mask and
+  // the halves' (lse, delta) pairs; resident: the bias fragments of both halves.
+  static constexpr int kRowStage = align(2 * kRows * kTile + 2 * kTile + kMaskRow + kRows * kStatRow);
   static constexpr int kRowSmem = kRows * kBiasFragments + kStages * kRowStage + 1024;
   static_assert(kBlockM == 64 && kBlockN == 64 && D == 32, "one instantiation");
   // Two blocks per SM, each with the 1 KB the system reserves, within the SM's 228 KB.
@@ -113,6 +113,7 @@ struct Traits {
                     2 * (key_loop_smem(false, false) + 1024) <= 228 * 1024 &&
                     2 * (key_loop_smem(false, true) + 1024) <= 228 * 1024,
                 "two forward or dQ blocks per SM");
+  static_assert(2 * (kRowSmem + 2 * 1024) <= 228 * 1024, "two bias-gradient blocks per SM");
 };
 
 struct Maps {
@@ -274,11 +275,12 @@ __device__ __forceinline__ void gemm_rows(float (&acc)[16], const uint32_t (&a)[
 }
 
 // x (64 x 64) = A B^T over d = 32 (two k-steps), A 64 rows, B 64 rows, both K-major; with
-// kAdd, x += A B^T. Issued, not waited for.
-template <typename T, int kSwizzle, bool kAdd = false>
-__device__ __forceinline__ void issue_scores(float (&x)[32], const unsigned char* a, const unsigned char* b) {
+// add, x += A B^T (x's old values are not read otherwise). Issued, not waited for.
+template <typename T, int kSwizzle>
+__device__ __forceinline__ void issue_scores(float (&x)[32], const unsigned char* a, const unsigned char* b,
+                                             bool add = false) {
   const uint64_t da = smem_desc<kSwizzle>(a), db = smem_desc<kSwizzle>(b);
-  wgmma_64x64_ss<T>(x, da, db, kAdd);
+  wgmma_64x64_ss<T>(x, da, db, add);
   wgmma_64x64_ss<T>(x, desc_add(da, 32), desc_add(db, 32), true);
 }
 
@@ -781,6 +783,9 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   auto k_tile = [&](int s) { return stages + s * Tr::kRowStage + 2 * Tr::kRows * Tr::kTile; };
   auto v_tile = [&](int s) { return k_tile(s) + Tr::kTile; };
   auto mask_row = [&](int s) { return reinterpret_cast<float*>(k_tile(s) + 2 * Tr::kTile); };
+  auto stat_row = [&](int s, int w) {
+    return reinterpret_cast<float2*>(k_tile(s) + 2 * Tr::kTile + Tr::kMaskRow + w * Tr::kStatRow);
+  };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t key_tiles = (p.N + Tr::kBlockN - 1) / Tr::kBlockN;
@@ -796,11 +801,13 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   init_barriers(ring, resident);
   auto issue = [&](int step) {
     // The row's mask comes with every step, added only where the tile bits say (see the forward).
-    const uint32_t bytes = 2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0);
+    const uint32_t bytes =
+        2 * Tr::kRows * Tr::kTile + 2 * Tr::kTile + (kMask ? Tr::kMaskRow : 0) + Tr::kRows * Tr::kStatRow;
     const int s = ring.arm(step, bytes), r = r_begin + step;
     for (int w = 0; w < Tr::kRows; ++w) {
       tma_load_5d(q_tile(s, w), &maps.q, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
       tma_load_5d(do_tile(s, w), &maps.d_o, ring.filled(s), 0, h, i0 + w * Tr::kBlockM, r, b);
+      tma_load_3d(stat_row(s, w), &maps.stats, ring.filled(s), 2 * (i0 + w * Tr::kBlockM), h, b * p.R + r);
     }
     tma_load_5d(k_tile(s), &maps.k, ring.filled(s), 0, h, j0, r, b);
     tma_load_5d(v_tile(s), &maps.v, ring.filled(s), 0, h, j0, r, b);
@@ -847,18 +854,21 @@ __global__ void __launch_bounds__(Traits<D>::kThreads) __maxnreg__(Traits<D>::kR
   for (int i = 0; i < 32; ++i) acc[i] = 0.f;
   for (int step = 0; step < steps; ++step) {
     const int s = ring.wait(step);
+    // The rows' (lse, delta) pairs came with the step's tiles (zeros past N, whose rows are
+    // never stored).
     float lse2[2], delta[2];
-    row_stats(p, ((static_cast<int64_t>(b) * p.R + r_begin + step) * p.H + h) * p.N, i_first, lse2, delta);
-    const bool masked = kMask && tile_masked(p, b, r_begin + step, j0 / Tr::kBlockN);
-    float x[32], dp[32];  // unscaled logits (see load_bias_fragments), dP
-    if (factored) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) x[i] = 0.f;
-    } else {
-      bias_fragments(x);
+    for (int half = 0; half < 2; ++half) {
+      const float2 st = stat_row(s, wg)[row16 + g + 8 * half];
+      lse2[half] = st.x, delta[half] = st.y;
     }
+    const bool masked = kMask && tile_masked(p, b, r_begin + step, j0 / Tr::kBlockN);
+    // Unscaled logits (see load_bias_fragments): the product alone where factored (it does not
+    // read x then), else added to the bias fragments. And dP.
+    float x[32], dp[32];
+    if (!factored) bias_fragments(x);
     wgmma_fence();
-    issue_scores<T, Tr::kSwizzle, true>(x, q_tile(s, wg), k_tile(s));
+    issue_scores<T, Tr::kSwizzle>(x, q_tile(s, wg), k_tile(s), !factored);
     issue_scores<T, Tr::kSwizzle>(dp, do_tile(s, wg), v_tile(s));
     wgmma_commit();
     wgmma_wait<0>();
