@@ -113,6 +113,7 @@ struct Traits {
                     2 * (key_loop_smem(false, false) + 1024) <= 228 * 1024 &&
                     2 * (key_loop_smem(false, true) + 1024) <= 228 * 1024,
                 "two forward or dQ blocks per SM");
+  // (Its ring is static shared memory: 1 KB more a block besides the system's.)
   static_assert(2 * (kRowSmem + 2 * 1024) <= 228 * 1024, "two bias-gradient blocks per SM");
 };
 
