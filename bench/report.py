@@ -114,7 +114,7 @@ def block_table(name="pairformer_block"):
 
 ATTENTION_IMPLS = [("megafold", "megafold kernels"), ("flex", "FlexAttention (torch.compile)"),
                    ("cueq", "cuEquivariance"), ("compile", "torch.compile"), ("eager", "PyTorch eager")]
-PERF_ATTENTION_IMPLS = [("megafold", "**megafold kernels** (TMA + wgmma forward, dQ, bias gradient; mma.sync dK/dV)"),
+PERF_ATTENTION_IMPLS = [("megafold", "**megafold kernels** (TMA + wgmma forward, dQ, dK/dV, bias gradient)"),
                         ("flex", "FlexAttention (compiled), bias score_mod"),
                         ("cueq", "cuEquivariance 0.13 `triangle_attention`"), ("sdpa", "SDPA, bias as attn_mask"),
                         ("compile", "torch.compile (eager code)"), ("eager", "PyTorch eager")]
