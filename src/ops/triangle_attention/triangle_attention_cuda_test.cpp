@@ -239,37 +239,41 @@ TEST_F(TriangleAttentionCuda, EveryVariant) {
 // The model's ending-node layout: q, k, v, gate (and the bias) are transposed views into one
 // projection [B, N, N, 4*H*d + extra]. extra = 0 (no bias), H or H + 1 makes the row stride
 // a multiple of 8, of 4 only, or odd: each global-load width of the kernels and of the
-// backward's first pass. Output and every gradient equal those of contiguous copies, bitwise.
+// backward's first pass, at head dims that split its rows into 3 to 64 pieces (the sum over a
+// row must not depend on how it is split). Output and every gradient equal those of contiguous
+// copies, bitwise.
 TEST_F(TriangleAttentionCuda, StridedViewsReadInPlace) {
-  const int64_t N = 45, H = 4, d = 32;
+  const int64_t N = 45, H = 4;
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
-  for (const int64_t extra : {int64_t{0}, H, H + 1}) {
-    SCOPED_TRACE("row stride " + std::to_string(4 * H * d + extra));
-    const at::Tensor proj = at::randn({1, N, N, 4 * H * d + extra}, o).requires_grad_(true);
-    auto views = [&](const at::Tensor& t) {
-      const at::Tensor qkvg = t.narrow(-1, 0, 4 * H * d).view({1, N, N, 4, H, d});
-      std::vector<at::Tensor> v;
-      for (int i = 0; i < 4; ++i) v.push_back(qkvg.select(3, i).transpose(1, 2));
-      v.push_back(extra > 0 ? t.narrow(-1, 4 * H * d, H).permute({0, 3, 2, 1}) : at::Tensor());
-      return v;
-    };
-    const std::vector<at::Tensor> in = views(proj);
-    std::vector<at::Tensor> copies;
-    for (const auto& t : in) copies.push_back(t.defined() ? t.detach().contiguous().requires_grad_(true) : t);
-    const at::Tensor mask = (at::rand({1, N, N}, o.dtype(at::kFloat)) > 0.2).to(at::kFloat).transpose(1, 2);
-    auto bias_of = [](const at::Tensor& b) { return b.defined() ? std::optional(b) : std::nullopt; };
-    const at::Tensor out = triangle_attention(in[0], in[1], in[2], bias_of(in[4]), mask, in[3]);
-    const at::Tensor ref = triangle_attention(copies[0], copies[1], copies[2], bias_of(copies[4]),
-                                              mask.contiguous(), copies[3]);
-    EXPECT_TRUE(at::equal(out, ref));
-    const at::Tensor grad = at::randn_like(out);
-    out.backward(grad);
-    ref.backward(grad);
-    const std::vector<at::Tensor> grads = views(proj.grad());
-    const char* names[] = {"dq", "dk", "dv", "dgate", "dbias"};
-    for (size_t i = 0; i < copies.size(); ++i) {
-      if (!copies[i].defined()) continue;
-      EXPECT_TRUE(at::equal(grads[i], copies[i].grad())) << names[i];
+  for (const int64_t d : {24, 32, 48, 64}) {
+    for (const int64_t extra : {int64_t{0}, H, H + 1}) {
+      SCOPED_TRACE("d " + std::to_string(d) + ", row stride " + std::to_string(4 * H * d + extra));
+      const at::Tensor proj = at::randn({1, N, N, 4 * H * d + extra}, o).requires_grad_(true);
+      auto views = [&](const at::Tensor& t) {
+        const at::Tensor qkvg = t.narrow(-1, 0, 4 * H * d).view({1, N, N, 4, H, d});
+        std::vector<at::Tensor> v;
+        for (int i = 0; i < 4; ++i) v.push_back(qkvg.select(3, i).transpose(1, 2));
+        v.push_back(extra > 0 ? t.narrow(-1, 4 * H * d, H).permute({0, 3, 2, 1}) : at::Tensor());
+        return v;
+      };
+      const std::vector<at::Tensor> in = views(proj);
+      std::vector<at::Tensor> copies;
+      for (const auto& t : in) copies.push_back(t.defined() ? t.detach().contiguous().requires_grad_(true) : t);
+      const at::Tensor mask = (at::rand({1, N, N}, o.dtype(at::kFloat)) > 0.2).to(at::kFloat).transpose(1, 2);
+      auto bias_of = [](const at::Tensor& b) { return b.defined() ? std::optional(b) : std::nullopt; };
+      const at::Tensor out = triangle_attention(in[0], in[1], in[2], bias_of(in[4]), mask, in[3]);
+      const at::Tensor ref = triangle_attention(copies[0], copies[1], copies[2], bias_of(copies[4]),
+                                                mask.contiguous(), copies[3]);
+      EXPECT_TRUE(at::equal(out, ref));
+      const at::Tensor grad = at::randn_like(out);
+      out.backward(grad);
+      ref.backward(grad);
+      const std::vector<at::Tensor> grads = views(proj.grad());
+      const char* names[] = {"dq", "dk", "dv", "dgate", "dbias"};
+      for (size_t i = 0; i < copies.size(); ++i) {
+        if (!copies[i].defined()) continue;
+        EXPECT_TRUE(at::equal(grads[i], copies[i].grad())) << names[i];
+      }
     }
   }
 }
