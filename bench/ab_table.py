@@ -3,10 +3,12 @@
 library and round, as bench/device_session.sh's stage `variants` writes them), one row per
 (N, kernel), one column per library with every round's median and, beside each variant, the
 change of its mean against the base's. The kernels are matched by name, not by their order in
-the log (which sorts them by time).
+the log (which sorts them by time). Where bench/triangle_attention.py's results sit beside a
+log (ab_NAME_ROUND.json), the op's fwd+bwd median adds a row per N.
 
 usage: python3 bench/ab_table.py DIR BASE [VARIANT...]
 """
+import json
 import pathlib
 import re
 import sys
@@ -17,6 +19,7 @@ from profile_kernels import TOTAL_LABEL, WALL_LABEL  # noqa: E402  (the report's
 # The lines bench/profile_kernels.py prints (kernel_line, sum_line).
 KERNEL = re.compile(r"^\s+([\d.]+)\s+x\d+\s+(.*?)(?:\s{2,}|\s*$)")
 TOTAL = re.compile(rf"^\s+([\d.]+)\s+({re.escape(TOTAL_LABEL)}|{re.escape(WALL_LABEL)})")
+OP_LABEL = "op fwd+bwd (bench/triangle_attention.py)"
 
 
 def read(path):
@@ -27,6 +30,9 @@ def read(path):
             n = int(m.group(1))
         elif n is not None and (m := KERNEL.match(line) or TOTAL.match(line)):
             times[(n, m.group(2).strip())] = float(m.group(1))
+    if (timed := path.with_suffix(".json")).exists():
+        for row in json.loads(timed.read_text())["rows"]:
+            times[(row["n"], OP_LABEL)] = row["fwdbwd_ms"]
     return times
 
 
@@ -36,7 +42,8 @@ def main():
     out, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
     runs = {name: [read(p) for p in sorted(out.glob(f"ab_{name}_*.log"))] for name in names}
     base = names[0]
-    keys = sorted({k for r in runs[base] for k in r}, key=lambda k: (k[0], k[1] in (TOTAL_LABEL, WALL_LABEL), k[1]))
+    sums = (TOTAL_LABEL, WALL_LABEL, OP_LABEL)
+    keys = sorted({k for r in runs[base] for k in r}, key=lambda k: (k[0], k[1] in sums, k[1]))
     width = max(len(f"N={n} {k}") for n, k in keys) if keys else 10
     print(f"{'':{width}s}  " + "  ".join(f"{name:>22s}" for name in names))
     for key in keys:

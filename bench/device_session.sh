@@ -15,7 +15,8 @@
 #                              NAME: .whl/NAME.tar.xz into build-NAME/, base = the base; NAME new
 #                              is this call's build): each variant's triangle-attention CUDA tests and
 #                              bench/same_outputs.py against the base, then bench/profile_kernels.py
-#                              ARGS (from the first argument that starts with -) on the base and
+#                              ARGS (from the first argument that starts with -) and the op's
+#                              fwd+bwd by bench/triangle_attention.py (at ARGS' --n) on the base and
 #                              every variant, alternated twice (METHOD.md: same machine), and
 #                              bench/ab_table.py's per-kernel table. Carry .whl/bin.tar.xz,
 #                              .whl/tests.xz, .whl/base.tar.xz and each .whl/NAME.tar.xz.
@@ -92,11 +93,21 @@ while [ $# -gt 0 ]; do
           --against build-base/libmegafold_ops.so > "$OUT/same_$name.log" 2>&1
         echo "$name: against the base, $(tail -1 "$OUT/same_$name.log")"
       done
+      # The op's fwd+bwd as bench/triangle_attention.py times it (what the README reports; the
+      # profile's step time carries the profiler's host overhead), at the profile's sizes.
+      sizes=() in_n=0
+      for arg in "${profile_args[@]}"; do
+        if [ "$arg" = --n ]; then in_n=1; elif [ "${arg#-}" != "$arg" ]; then in_n=0
+        elif [ $in_n = 1 ]; then sizes+=("$arg"); fi
+      done
       for round in 1 2; do
         for name in base "${names[@]}"; do
-          log="$OUT/ab_${name}_$round.log"
-          timeout 150 python3 bench/profile_kernels.py --lib "$(variant_dir "$name")/libmegafold_ops.so" \
+          log="$OUT/ab_${name}_$round.log" variant_lib="$(variant_dir "$name")/libmegafold_ops.so"
+          timeout 150 python3 bench/profile_kernels.py --lib "$variant_lib" \
             "${profile_args[@]}" > "$log" 2>&1 || echo "$name round $round failed ($log)"
+          timeout 150 python3 bench/triangle_attention.py --lib "$variant_lib" --impl megafold \
+            --out "$OUT/ab_${name}_$round.json" ${sizes[@]:+--n "${sizes[@]}"} > /dev/null 2>&1 ||
+            echo "$name round $round: op timing failed"
         done
       done
       python3 bench/ab_table.py "$OUT" base "${names[@]}" ;;
