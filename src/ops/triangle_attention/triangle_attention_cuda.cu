@@ -34,59 +34,69 @@ struct RowIndex {
 //   d_gate = d_out * o * sigmoid(gate) * (1 - sigmoid(gate))
 //   delta  = sum_c d_o[c] * o[c], with d_o as stored (rounded to T), as the kernels read it
 //   stats  = (lse, delta) pairs, for the sm_90a backward
-// One thread per kVec-element piece of a row, so a warp reads and writes contiguous vectors
-// (a thread per row, as before, made every access a 2-byte one 64 bytes from its neighbour's:
-// 4.5 ms for 0.75 GB at N = 768). A row's products meet in shared memory and one thread per
-// row adds them in element order, so delta does not depend on the vector width.
-template <typename T, int kVec>
+// `lanes` consecutive lanes of a warp share a row, each with kLoads vectors of kVec elements,
+// so a warp reads and writes contiguous vectors. delta is added in element order, 0 + p_0 +
+// p_1 + ..., whatever the vector width (strided views and dense copies get the same bits): each
+// lane adds its products to the running sum of the lanes before it, handed on by a shuffle.
+// Nothing waits for the whole block, so a warp's loads are in flight for all but the short
+// chain (a block that met in shared memory and summed a row per thread reached ~60% of the
+// memory's bandwidth).
+template <typename T, int kVec, int kLoads>
 __global__ void __launch_bounds__(kPrologueThreads)
-    backward_prologue_kernel(const TriangleAttentionParams p, int rows_per_block) {
-  __shared__ float products[kPrologueThreads * kVec + kPrologueThreads];
-  const int pieces = static_cast<int>(p.d) / kVec, stride = static_cast<int>(p.d) + 1;  // +1: no bank conflicts
-  const int local = threadIdx.x / pieces, piece = threadIdx.x % pieces;
-  const int64_t rows = p.B * p.R * p.N * p.H, first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+    backward_prologue_kernel(const TriangleAttentionParams p, int lanes) {
+  constexpr int kChunk = kVec * kLoads;
+  const int lane = static_cast<int>(threadIdx.x % 32), sub = lane % lanes, rows_per_warp = 32 / lanes;
+  const int64_t rows = p.B * p.R * p.N * p.H;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * (kPrologueThreads / 32) + threadIdx.x / 32) * rows_per_warp +
+                      lane / lanes;
+  const bool active = lane < rows_per_warp * lanes && row < rows;
   // Row (b, r, n, h) of [B, R, N, H], h fastest.
-  auto coords = [&](int64_t row) {
-    return RowIndex{row / (p.H * p.N * p.R), (row / (p.H * p.N)) % p.R, (row / p.H) % p.N, row % p.H};
-  };
-  if (local < rows_per_block && first + local < rows) {
-    const int64_t row = first + local, at = row * p.d + piece * kVec;
-    const RowIndex x = coords(row);
-    auto strided = [&](const int64_t(&s)[5]) {
-      return x.b * s[0] + x.r * s[1] + x.n * s[2] + x.h * s[3] + piece * kVec;
-    };
-    const Pack<T, kVec> o = load_pack<T, kVec>(static_cast<const T*>(p.o) + at);
-    const Pack<T, kVec> d_out = load_pack<T, kVec>(static_cast<const T*>(p.d_out) + strided(p.out_stride));
-    float* prod = products + local * stride + piece * kVec;
-    if (p.gate == nullptr) {
+  const RowIndex x{row / (p.H * p.N * p.R), (row / (p.H * p.N)) % p.R, (row / p.H) % p.N, row % p.H};
+  const bool last = sub == lanes - 1;
+  float prod[kChunk] = {}, lse = 0.f;
+  if (active) {
+    if (last && p.stats != nullptr) lse = p.lse[((x.b * p.R + x.r) * p.H + x.h) * p.N + x.n];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) prod[i] = static_cast<float>(d_out.v[i]) * static_cast<float>(o.v[i]);
-    } else {
-      const Pack<T, kVec> gate = load_pack<T, kVec>(static_cast<const T*>(p.gate) + strided(p.gate_stride));
-      Pack<T, kVec> d_o, d_gate;
+    for (int l = 0; l < kLoads; ++l) {
+      const int64_t col = sub * kChunk + l * kVec, at = row * p.d + col;
+      auto strided = [&](const int64_t(&s)[5]) { return x.b * s[0] + x.r * s[1] + x.n * s[2] + x.h * s[3] + col; };
+      const Pack<T, kVec> o = load_pack<T, kVec>(static_cast<const T*>(p.o) + at);
+      const Pack<T, kVec> d_out = load_pack<T, kVec>(static_cast<const T*>(p.d_out) + strided(p.out_stride));
+      float* pr = prod + l * kVec;
+      // __fmul_rn: a product the compiler fused into the sum's add would round differently.
+      if (p.gate == nullptr) {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        const float sg = 1.f / (1.f + expf(-static_cast<float>(gate.v[i])));
-        const float g_out = static_cast<float>(d_out.v[i]), o_i = static_cast<float>(o.v[i]);
-        d_o.v[i] = static_cast<T>(g_out * sg);
-        d_gate.v[i] = static_cast<T>(g_out * o_i * sg * (1.f - sg));
-        prod[i] = static_cast<float>(d_o.v[i]) * o_i;
+        for (int i = 0; i < kVec; ++i) pr[i] = __fmul_rn(static_cast<float>(d_out.v[i]), static_cast<float>(o.v[i]));
+      } else {
+        const Pack<T, kVec> gate = load_pack<T, kVec>(static_cast<const T*>(p.gate) + strided(p.gate_stride));
+        Pack<T, kVec> d_o, d_gate;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          const float sg = 1.f / (1.f + expf(-static_cast<float>(gate.v[i])));
+          const float g_out = static_cast<float>(d_out.v[i]), o_i = static_cast<float>(o.v[i]);
+          d_o.v[i] = static_cast<T>(g_out * sg);
+          d_gate.v[i] = static_cast<T>(g_out * o_i * sg * (1.f - sg));
+          pr[i] = __fmul_rn(static_cast<float>(d_o.v[i]), o_i);
+        }
+        store_pack(static_cast<T*>(p.d_o) + at, d_o);
+        store_pack(static_cast<T*>(p.d_gate) + strided(p.d_gate_stride), d_gate);
       }
-      store_pack(static_cast<T*>(p.d_o) + at, d_o);
-      store_pack(static_cast<T*>(p.d_gate) + strided(p.d_gate_stride), d_gate);
     }
   }
-  __syncthreads();
-  if (threadIdx.x < rows_per_block && first + threadIdx.x < rows) {
-    float delta = 0.f;
-    for (int c = 0; c < p.d; ++c) delta += products[threadIdx.x * stride + c];
-    const auto [b, r, n, h] = coords(first + threadIdx.x);
-    const int64_t row = (b * p.R + r) * p.H + h;
-    p.delta[row * p.N + n] = delta;
-    if (p.stats != nullptr) {
-      p.stats[2 * (row * p.stats_ld + n)] = p.lse[row * p.N + n];
-      p.stats[2 * (row * p.stats_ld + n) + 1] = delta;
+  float sum = 0.f;
+  for (int j = 0; j < lanes; ++j) {
+    const float before = __shfl_up_sync(0xffffffffu, sum, 1);
+    if (sub == j) {
+      float s = j == 0 ? 0.f : before;
+#pragma unroll
+      for (int c = 0; c < kChunk; ++c) s = __fadd_rn(s, prod[c]);
+      sum = s;
     }
+  }
+  if (active && last) {
+    const int64_t at = (x.b * p.R + x.r) * p.H + x.h;
+    p.delta[at * p.N + x.n] = sum;
+    if (p.stats != nullptr) reinterpret_cast<float2*>(p.stats)[at * p.stats_ld + x.n] = make_float2(lse, sum);
   }
 }
 
@@ -105,16 +115,23 @@ bool pieces_aligned(const TriangleAttentionParams& p, int64_t elem, int64_t byte
          aligned(p.d_out, p.out_stride) && aligned(p.gate, p.gate_stride) && aligned(p.d_gate, p.d_gate_stride);
 }
 
-// The widest vector (at most 16 bytes) that every row piece allows.
+// The widest vector (at most 16 bytes) that every row piece allows; a row over at most 32 lanes
+// (two vectors a lane where single elements would need more).
 template <typename T, int kVec = 16 / sizeof(T)>
 void backward_prologue(const TriangleAttentionParams& p, cudaStream_t stream) {
   if constexpr (kVec > 1) {
     if (!pieces_aligned(p, sizeof(T), kVec * sizeof(T))) return backward_prologue<T, kVec / 2>(p, stream);
   }
-  const int pieces = static_cast<int>(p.d) / kVec, rows_per_block = kPrologueThreads / pieces;
-  const int64_t rows = p.B * p.R * p.N * p.H;
+  const int pieces = static_cast<int>(p.d) / kVec, loads = pieces > 32 ? 2 : 1, lanes = pieces / loads;
+  MF_CHECK(lanes <= 32 && lanes * loads * kVec == p.d, "triangle_attention CUDA: no first-pass layout for head dim ",
+           p.d);
+  const int64_t rows = p.B * p.R * p.N * p.H, rows_per_block = kPrologueThreads / 32 * (32 / lanes);
   const auto blocks = static_cast<unsigned int>((rows + rows_per_block - 1) / rows_per_block);
-  launch_kernel(backward_prologue_kernel<T, kVec>, blocks, rows_per_block * pieces, 0, stream, p, rows_per_block);
+  if constexpr (kVec == 1) {  // only single elements can need more than 32 lanes (d <= 64)
+    if (loads == 2)
+      return launch_kernel(backward_prologue_kernel<T, 1, 2>, blocks, kPrologueThreads, 0, stream, p, lanes);
+  }
+  launch_kernel(backward_prologue_kernel<T, kVec, 1>, blocks, kPrologueThreads, 0, stream, p, lanes);
 }
 
 // Block = one mask row (b, r); pass k's warp w covers keys 256 k + 32 w .. + 31, so a 64-key
