@@ -38,24 +38,28 @@ struct RowIndex {
 // so a warp reads and writes contiguous vectors. delta is added in element order, 0 + p_0 +
 // p_1 + ..., whatever the vector width (strided views and dense copies get the same bits): each
 // lane adds its products to the running sum of the lanes before it, handed on by a shuffle.
-// Nothing waits for the whole block, so a warp's loads are in flight for all but the short
-// chain (a block that met in shared memory and summed a row per thread reached ~60% of the
-// memory's bandwidth).
+// Nothing waits for the whole block (the rows' products used to meet in shared memory, a
+// thread then adding each row's).
 template <typename T, int kVec, int kLoads>
 __global__ void __launch_bounds__(kPrologueThreads)
     backward_prologue_kernel(const TriangleAttentionParams p, int lanes) {
   constexpr int kChunk = kVec * kLoads;
+  // Block (x, y): plane (b, r) = x, rows (n, h) of it, h fastest, in chunks y. 32-bit index
+  // arithmetic (checked on the host): 64-bit divisions per thread, ~70 instructions each, had
+  // made this pass issue-bound.
   const int lane = static_cast<int>(threadIdx.x % 32), sub = lane % lanes, rows_per_warp = 32 / lanes;
-  const int64_t rows = p.B * p.R * p.N * p.H;
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * (kPrologueThreads / 32) + threadIdx.x / 32) * rows_per_warp +
-                      lane / lanes;
-  const bool active = lane < rows_per_warp * lanes && row < rows;
-  // Row (b, r, n, h) of [B, R, N, H], h fastest.
-  const RowIndex x{row / (p.H * p.N * p.R), (row / (p.H * p.N)) % p.R, (row / p.H) % p.N, row % p.H};
+  const int heads = static_cast<int>(p.H), plane_rows = static_cast<int>(p.N) * heads;
+  const int local = (static_cast<int>(blockIdx.y) * (kPrologueThreads / 32) + static_cast<int>(threadIdx.x / 32)) *
+                        rows_per_warp + lane / lanes;
+  const bool active = lane < rows_per_warp * lanes && local < plane_rows;
+  const int plane = static_cast<int>(blockIdx.x), rr = static_cast<int>(p.R);
+  const RowIndex x{plane / rr, plane % rr, local / heads, local % heads};
+  const int64_t row = static_cast<int64_t>(plane) * plane_rows + local;  // of [B, R, N, H]
+  const int64_t stat = (static_cast<int64_t>(plane) * heads + x.h) * p.N;  // + n: [B, R, H, N]
   const bool last = sub == lanes - 1;
   float prod[kChunk] = {}, lse = 0.f;
   if (active) {
-    if (last && p.stats != nullptr) lse = p.lse[((x.b * p.R + x.r) * p.H + x.h) * p.N + x.n];
+    if (last && p.stats != nullptr) lse = p.lse[stat + x.n];
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       const int64_t col = sub * kChunk + l * kVec, at = row * p.d + col;
@@ -94,9 +98,11 @@ __global__ void __launch_bounds__(kPrologueThreads)
     }
   }
   if (active && last) {
-    const int64_t at = (x.b * p.R + x.r) * p.H + x.h;
-    p.delta[at * p.N + x.n] = sum;
-    if (p.stats != nullptr) reinterpret_cast<float2*>(p.stats)[at * p.stats_ld + x.n] = make_float2(lse, sum);
+    p.delta[stat + x.n] = sum;
+    if (p.stats != nullptr) {
+      const int64_t pair = (static_cast<int64_t>(plane) * heads + x.h) * p.stats_ld + x.n;
+      reinterpret_cast<float2*>(p.stats)[pair] = make_float2(lse, sum);
+    }
   }
 }
 
@@ -125,8 +131,11 @@ void backward_prologue(const TriangleAttentionParams& p, cudaStream_t stream) {
   const int pieces = static_cast<int>(p.d) / kVec, loads = pieces > 32 ? 2 : 1, lanes = pieces / loads;
   MF_CHECK(lanes <= 32 && lanes * loads * kVec == p.d, "triangle_attention CUDA: no first-pass layout for head dim ",
            p.d);
-  const int64_t rows = p.B * p.R * p.N * p.H, rows_per_block = kPrologueThreads / 32 * (32 / lanes);
-  const auto blocks = static_cast<unsigned int>((rows + rows_per_block - 1) / rows_per_block);
+  const int64_t plane_rows = p.N * p.H, rows_per_block = kPrologueThreads / 32 * (32 / lanes);
+  const int64_t chunks = (plane_rows + rows_per_block - 1) / rows_per_block;
+  MF_CHECK(p.B * p.R <= 0x7fffffff && chunks <= 65535,
+           "triangle_attention CUDA: ", p.B * p.R, " planes of ", plane_rows, " rows exceed the first pass's grid");
+  const dim3 blocks(static_cast<unsigned int>(p.B * p.R), static_cast<unsigned int>(chunks));
   if constexpr (kVec == 1) {  // only single elements can need more than 32 lanes (d <= 64)
     if (loads == 2)
       return launch_kernel(backward_prologue_kernel<T, 1, 2>, blocks, kPrologueThreads, 0, stream, p, lanes);
