@@ -20,6 +20,11 @@
 #                              every variant, alternated twice (METHOD.md: same machine), and
 #                              bench/ab_table.py's per-kernel table. Carry .whl/bin.tar.xz,
 #                              .whl/tests.xz, .whl/base.tar.xz and each .whl/NAME.tar.xz.
+#   fused-variants NAME... [ARGS]
+#                              the same for the fused pair operators: each variant's CUDA tests of
+#                              LayerNorm+Linear, TriMul and the transition, then
+#                              bench/fused_ops.py --profile ARGS for the base and every variant,
+#                              alternated twice, and bench/ab_fused.py's table
 #   block ARGS                 bench/pairformer_block.py
 #   fused ARGS                 bench/fused_ops.py
 #   ncu NAME REGEX COUNT SCRIPT ARGS
@@ -111,6 +116,35 @@ while [ $# -gt 0 ]; do
         done
       done
       python3 bench/ab_table.py "$OUT" base "${names[@]}" ;;
+    fused-variants)
+      # The same for the fused pair operators' libraries: each variant's CUDA tests of
+      # LayerNorm+Linear, TriMul and the transition, then bench/fused_ops.py --profile ARGS (the
+      # op's fwd+bwd and its kernels) for the base and every variant, alternated twice, and
+      # bench/ab_fused.py's table.
+      [ -f build-base/libmegafold_ops.so ] ||
+        { echo "fused-variants: no base library (bench/pack_binaries.sh --base)"; exit 2; }
+      names=() fused_args=()
+      for arg in "${args[@]}"; do
+        if [ ${#fused_args[@]} -gt 0 ] || [ "${arg#-}" != "$arg" ]; then fused_args+=("$arg")
+        else names+=("$arg"); fi
+      done
+      variant_dir() { if [ "$1" = new ]; then dirname "$lib"; else echo "build-$1"; fi; }
+      for name in "${names[@]}"; do
+        dir="$(variant_dir "$name")"
+        [ -f "$dir/libmegafold_ops.so" ] || { echo "fused-variants: no $dir/libmegafold_ops.so"; exit 2; }
+        LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" timeout 300 "$tests" \
+          --gtest_filter="LayerNormLinearCuda*:TriangleMultiplicationCuda*:SwigluTransitionCuda*" \
+          > "$OUT/tests_$name.log" 2>&1
+        echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$name.log" | tr '\n' ' ')"
+      done
+      for round in 1 2; do
+        for name in base "${names[@]}"; do
+          timeout 200 python3 bench/fused_ops.py --lib "$(variant_dir "$name")/libmegafold_ops.so" --impl megafold \
+            --profile --out "$OUT/abf_${name}_$round.json" "${fused_args[@]}" > "$OUT/abf_${name}_$round.log" 2>&1 ||
+            echo "$name round $round failed ($OUT/abf_${name}_$round.log)"
+        done
+      done
+      python3 bench/ab_fused.py "$OUT" base "${names[@]}" ;;
     fused)
       python3 bench/fused_ops.py --lib "$lib" --out "$OUT/fused_ops.json" "${args[@]}" 2> "$OUT/fused.log" \
         | cut -c1-300 ;;

@@ -145,6 +145,16 @@ CASES = {
 }
 
 
+def header_line(op, n):
+    """The first line of an op's profile (bench/ab_fused.py reads these lines back)."""
+    return f"{op} N={n}: per fwd+bwd, ms"
+
+
+def kernel_line(ms, name, rate=""):
+    """One kernel's time per fwd+bwd (or the total), its name cut at 70 characters."""
+    return f"  {ms:8.4f}  {name[:70]}{rate}"
+
+
 def profile_kernels(op, n):
     """Per-kernel time of megafold's op fwd+bwd at n; for layernorm_linear also the GB/s of each
     kernel's compulsory traffic (forward: x, y; dx: dy, x, dx; g: dy, x)."""
@@ -170,12 +180,12 @@ def profile_kernels(op, n):
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             times[e.name] = times.get(e.name, 0.0) + e.device_time_total / 1e3 / reps
-    print(f"{op} N={n}: per fwd+bwd, ms")
+    print(header_line(op, n))
     for name, ms in sorted(times.items(), key=lambda kv: -kv[1]):
         short = next((k for k in traffic if k in name), None)
         rate = f"  {traffic[short] / ms / 1e6:6.0f} GB/s of compulsory traffic" if short else ""
-        print(f"  {ms:8.4f}  {name[:70]}{rate}")
-    print(f"  {sum(times.values()):8.4f}  total")
+        print(kernel_line(ms, name, rate))
+    print(kernel_line(sum(times.values()), "total"))
 
 
 def main():

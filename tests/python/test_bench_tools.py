@@ -1,6 +1,8 @@
-"""bench/ab_table.py reads back what bench/profile_kernels.py prints; bench/same_outputs.py's
-comparison and the summary line bench/device_session.sh shows."""
+"""bench/ab_table.py and bench/ab_fused.py read back what bench/profile_kernels.py and
+bench/fused_ops.py print; bench/same_outputs.py's comparison and the summary line
+bench/device_session.sh shows."""
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -8,9 +10,13 @@ import torch
 
 
 def load(source_dir, name):
-    spec = importlib.util.spec_from_file_location(name, source_dir / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(source_dir / "bench"))  # the scripts import each other
+    try:
+        spec = importlib.util.spec_from_file_location(name, source_dir / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(source_dir / "bench"))
     return module
 
 
@@ -53,3 +59,23 @@ def test_same_outputs_summary_counts_equal_tensors_and_the_largest_relative_diff
     assert lines[-1] == "1 tensors bitwise equal, 2 differ (the largest by 1.00e-01 of the base's largest value)"
     assert same.compare(base, base)
     assert capsys.readouterr().out.splitlines()[-1] == "3 tensors bitwise equal, 0 differ"
+
+
+def test_ab_fused_reads_fused_ops_profiles_and_reports_the_change(source_dir, tmp_path):
+    fused = load(source_dir, "fused_ops")
+    forward = "void megafold::ops::cuda::(anonymous namespace)::tma_wgmma_forward_kernel<__nv_bfloat16>"
+    for name, scale in (("base", 1.0), ("new", 0.8)):
+        for rnd in (1, 2):
+            lines = ['{"op": "layernorm_linear", "impl": "megafold", "n": 768}', fused.header_line("layernorm_linear", 768),
+                     fused.kernel_line(0.36 * scale, forward, "    2543 GB/s of compulsory traffic"),
+                     fused.kernel_line(0.02, "sum_chunks"), fused.kernel_line(0.36 * scale + 0.02, "total")]
+            (tmp_path / f"abf_{name}_{rnd}.log").write_text("\n".join(lines) + "\n")
+            rows = [{"op": "layernorm_linear", "n": 768, "fwdbwd_ms": 1.0 * scale}]
+            (tmp_path / f"abf_{name}_{rnd}.json").write_text(json.dumps({"rows": rows}))
+    r = subprocess.run([sys.executable, str(source_dir / "bench" / "ab_fused.py"), str(tmp_path), "base", "new"],
+                       capture_output=True, text=True, check=True)
+    table = {line.split(" | ")[2]: line for line in r.stdout.splitlines()[2:]}
+    # The common namespace prefix is dropped; the kernel's name is cut where fused_ops.py cuts it.
+    assert "0.3600 / 0.3600 | 0.2880 / 0.2880 (-20.0%)" in table[forward[49:70]]
+    assert "(+0.0%)" in table["sum_chunks"]
+    assert "1.0000 / 1.0000 | 0.8000 / 0.8000 (-20.0%)" in table["op fwd+bwd (bench/fused_ops.py)"]
