@@ -29,7 +29,9 @@
 #   fused ARGS                 bench/fused_ops.py
 #   ncu NAME REGEX COUNT SCRIPT ARGS
 #                              Nsight Compute on the first COUNT kernels matching REGEX while
-#                              python3 SCRIPT ARGS runs (--lib is added); report in ncu_NAME.txt
+#                              python3 SCRIPT ARGS runs (--lib is added); report in ncu_NAME.txt,
+#                              per-instruction samples in ncu_NAME_sass.csv.xz, summarised by
+#                              bench/ncu_stalls.py
 #   frontier ARGS, memory ARGS bench/frontier.py, bench/memory.py
 #   learning ARGS              bench/learning.py (--bin and --out given; e.g. the overfit
 #                              homodimer with --run "$OUT/run" so that a cut run resumes)
@@ -149,13 +151,18 @@ while [ $# -gt 0 ]; do
       python3 bench/fused_ops.py --lib "$lib" --out "$OUT/fused_ops.json" "${args[@]}" 2> "$OUT/fused.log" \
         | cut -c1-300 ;;
     ncu)
+      report="/tmp/ncu_${args[0]}"
       ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section WarpStateStats --section LaunchStats --section SchedulerStats --section SourceCounters \
-        --kernel-name-base demangled -k "regex:${args[1]}" \
-        --launch-count "${args[2]}" python3 "${args[3]}" --lib "$lib" "${args[@]:4}" > "$OUT/ncu_${args[0]}.txt" 2>&1
+        --import-source no --kernel-name-base demangled -k "regex:${args[1]}" -f -o "$report" \
+        --launch-count "${args[2]}" python3 "${args[3]}" --lib "$lib" "${args[@]:4}" > "$OUT/ncu_${args[0]}.log" 2>&1
       echo "ncu ${args[0]} rc=$?"
+      ncu --import "$report.ncu-rep" --page details > "$OUT/ncu_${args[0]}.txt" 2>&1
+      # Per-instruction samples (SASS) for bench/ncu_stalls.py, compressed: a call returns few files.
+      ncu --import "$report.ncu-rep" --page source --print-source sass --csv 2>&1 | xz > "$OUT/ncu_${args[0]}_sass.csv.xz"
       grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|No Eligible|Issued Warp|L2 Hit|One or More" \
-        "$OUT/ncu_${args[0]}.txt" | cut -c1-160 ;;
+        "$OUT/ncu_${args[0]}.txt" | cut -c1-160
+      python3 bench/ncu_stalls.py "$OUT/ncu_${args[0]}_sass.csv.xz" --top 8 | cut -c1-160 ;;
     block)
       python3 bench/pairformer_block.py --bin "$bin" --out "$OUT/pairformer_block.json" "${args[@]}" \
         2> "$OUT/block.log" | cut -c1-300 ;;

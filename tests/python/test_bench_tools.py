@@ -1,8 +1,11 @@
 """bench/ab_table.py and bench/ab_fused.py read back what bench/profile_kernels.py and
-bench/fused_ops.py print; bench/same_outputs.py's comparison and the summary line
-bench/device_session.sh shows."""
+bench/fused_ops.py print; bench/ncu_stalls.py reads Nsight Compute's source page;
+bench/same_outputs.py's comparison and the summary line bench/device_session.sh shows."""
+import csv
 import importlib.util
+import io
 import json
+import lzma
 import subprocess
 import sys
 
@@ -79,3 +82,23 @@ def test_ab_fused_reads_fused_ops_profiles_and_reports_the_change(source_dir, tm
     assert "0.3600 / 0.3600 | 0.2880 / 0.2880 (-20.0%)" in table[forward[49:70]]
     assert "(+0.0%)" in table["sum_chunks"]
     assert "1.0000 / 1.0000 | 0.8000 / 0.8000 (-20.0%)" in table["op fwd+bwd (bench/fused_ops.py)"]
+
+
+def test_ncu_stalls_charges_samples_to_reasons_and_instructions(source_dir, tmp_path):
+    # Two kernels in one export, as Nsight Compute writes its source page (SASS, CSV).
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "stall_barrier", "stall_long_sb",
+              "stall_barrier (Not Issued)"]
+    rows = [["Kernel Name", "first_kernel"], header, ["0x10", "BAR.SYNC 0x0", "0", "0", "0", "0"],
+            ["0x20", "BSSY B0", "30", "30", "0", "30"], ["0x30", "PRMT R1, R2", "70", "0", "70", "0"],
+            ["Kernel Name", "second_kernel"], header, ["0x10", "EXIT", "5", "5", "0", "5"]]
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_ALL).writerows(rows)
+    path = tmp_path / "sass.csv.xz"
+    path.write_bytes(lzma.compress(buf.getvalue().encode()))
+    r = subprocess.run([sys.executable, str(source_dir / "bench" / "ncu_stalls.py"), str(path), "--top", "1"],
+                       capture_output=True, text=True, check=True)
+    first, second = r.stdout.split("second_kernel")
+    assert "100 samples over 3 instructions" in first
+    assert "long_sb             70.0%" in first and "barrier             30.0%" in first
+    assert "0x30  70.0%  PRMT R1, R2" in first and "BSSY" not in first  # --top 1
+    assert "5 samples over 1 instructions" in second and "barrier            100.0%" in second
