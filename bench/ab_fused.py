@@ -2,8 +2,8 @@
 """Table of a fused-operator A/B run: bench/fused_ops.py --profile logs DIR/abf_NAME_ROUND.log and
 results DIR/abf_NAME_ROUND.json (one per library and round, as bench/device_session.sh's stage
 `fused-variants` writes them). One row per (op, N, kernel) and per (op, N) for the op's fwd+bwd
-median, one column per library with every round's time and, beside each variant, the change of
-its mean against the base's. Kernels are matched by name.
+median, laid out as bench/ab_table.py's: one column per library with every round's time and,
+beside each variant, the change of its mean against the base's. Kernels are matched by name.
 
 usage: python3 bench/ab_fused.py DIR BASE [VARIANT...]
 """
@@ -11,6 +11,9 @@ import json
 import pathlib
 import re
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from ab_table import print_table  # noqa: E402  (one table for both kinds of A/B run)
 
 # The lines bench/fused_ops.py prints (header_line, kernel_line).
 HEADER = re.compile(r"^(\w+) N=(\d+): per fwd\+bwd, ms")
@@ -38,20 +41,8 @@ def main():
         sys.exit(__doc__)
     out, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
     runs = {name: [read(p) for p in sorted(out.glob(f"abf_{name}_*.log"))] for name in names}
-    keys = sorted({k for rounds in runs.values() for r in rounds for k in r})
-    mean = lambda vals: sum(vals) / len(vals)
-    print("| op | N | kernel | " + " | ".join(names) + " |")
-    print("|---|---|---|" + "---|" * len(names))
-    for op, n, kernel in keys:
-        base = [r[(op, n, kernel)] for r in runs[names[0]] if (op, n, kernel) in r]
-        cells = []
-        for name in names:
-            vals = [r[(op, n, kernel)] for r in runs[name] if (op, n, kernel) in r]
-            cell = " / ".join(f"{v:.4f}" for v in vals) or "-"
-            if name != names[0] and vals and base:
-                cell += f" ({100 * (mean(vals) / mean(base) - 1):+.1f}%)"
-            cells.append(cell)
-        print(f"| {op} | {n} | {kernel[:60]} | " + " | ".join(cells) + " |")
+    print_table(runs, names, lambda k: f"{k[0]} N={k[1]} {k[2]}",
+                order=lambda k: (k[0], k[1], k[2] in ("total", OP_LABEL), k[2]), digits=4)
 
 
 if __name__ == "__main__":

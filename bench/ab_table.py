@@ -36,15 +36,13 @@ def read(path):
     return times
 
 
-def main():
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    out, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
-    runs = {name: [read(p) for p in sorted(out.glob(f"ab_{name}_*.log"))] for name in names}
+def print_table(runs, names, label, order=None, digits=3):
+    """One row per key of the base's rounds (label(key) names it), one column per library
+    (names[0] the base): every round's value and, beside each variant, the change of its mean
+    against the base's. bench/ab_fused.py prints its table with this too."""
     base = names[0]
-    sums = (TOTAL_LABEL, WALL_LABEL, OP_LABEL)
-    keys = sorted({k for r in runs[base] for k in r}, key=lambda k: (k[0], k[1] in sums, k[1]))
-    width = max(len(f"N={n} {k}") for n, k in keys) if keys else 10
+    keys = sorted({k for r in runs[base] for k in r}, key=order)
+    width = max(len(label(k)) for k in keys) if keys else 10
     print(f"{'':{width}s}  " + "  ".join(f"{name:>22s}" for name in names))
     for key in keys:
         cells, base_mean = [], None
@@ -54,13 +52,22 @@ def main():
                 cells.append(f"{'-':>22s}")
                 continue
             mean = sum(values) / len(values)
-            text = " / ".join(f"{v:.3f}" for v in values)
+            text = " / ".join(f"{v:.{digits}f}" for v in values)
             if name == base:
                 base_mean = mean
             elif base_mean:
                 text += f" ({100 * (mean / base_mean - 1):+.1f}%)"
             cells.append(f"{text:>22s}")
-        print(f"{'N=%d %s' % key:{width}s}  " + "  ".join(cells))
+        print(f"{label(key):{width}s}  " + "  ".join(cells))
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    out, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
+    runs = {name: [read(p) for p in sorted(out.glob(f"ab_{name}_*.log"))] for name in names}
+    sums = (TOTAL_LABEL, WALL_LABEL, OP_LABEL)
+    print_table(runs, names, lambda k: "N=%d %s" % k, order=lambda k: (k[0], k[1] in sums, k[1]))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,28 @@ if ! "$bin" info > "$OUT/info.txt" 2>&1; then
   "$bin" info > "$OUT/info.txt" 2>&1
 fi
 grep -E "build|cuda:0" "$OUT/info.txt"
+# The stages that time op libraries against the base one (variants, fused-variants): their
+# arguments split into library names and the benchmark's own (from the first that starts with
+# -), each library's folder, and a variant's CUDA tests of FILTER with its library first on the
+# path (one test binary serves every library: only the suites that call the ops through their
+# tensor API, not those that build a kernel's parameter struct, whose layout may differ).
+variant_dir() { if [ "$1" = new ]; then dirname "$lib"; else echo "build-$1"; fi; }
+split_variants() {
+  names=() bench_args=()
+  for arg in "$@"; do
+    if [ ${#bench_args[@]} -gt 0 ] || [ "${arg#-}" != "$arg" ]; then bench_args+=("$arg"); else names+=("$arg"); fi
+  done
+  [ -f build-base/libmegafold_ops.so ] || { echo "$stage: no base library (bench/pack_binaries.sh --base)"; exit 2; }
+  for name in "${names[@]}"; do
+    [ -f "$(variant_dir "$name")/libmegafold_ops.so" ] ||
+      { echo "$stage: no $(variant_dir "$name")/libmegafold_ops.so"; exit 2; }
+  done
+}
+variant_tests() {  # NAME FILTER
+  LD_LIBRARY_PATH="$(variant_dir "$1"):$LD_LIBRARY_PATH" timeout 300 "$tests" --gtest_filter="$2" \
+    > "$OUT/tests_$1.log" 2>&1
+  echo "$1: tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$1.log" | tr '\n' ' ')"
+}
 while [ $# -gt 0 ]; do
   stage="$1"; shift
   args=()
@@ -80,30 +102,17 @@ while [ $# -gt 0 ]; do
       python3 bench/profile_kernels.py --lib "$lib" "${args[@]}" > "$OUT/profile.log" 2>&1
       grep -E "N=|kernel|total" "$OUT/profile.log" ;;
     variants)
-      [ -f build-base/libmegafold_ops.so ] ||
-        { echo "variants: no base library (bench/pack_binaries.sh --base)"; exit 2; }
-      names=() profile_args=()
-      for arg in "${args[@]}"; do
-        if [ ${#profile_args[@]} -gt 0 ] || [ "${arg#-}" != "$arg" ]; then profile_args+=("$arg")
-        else names+=("$arg"); fi
-      done
-      variant_dir() { if [ "$1" = new ]; then dirname "$lib"; else echo "build-$1"; fi; }
+      split_variants "${args[@]}"
       for name in "${names[@]}"; do
-        dir="$(variant_dir "$name")"
-        [ -f "$dir/libmegafold_ops.so" ] || { echo "variants: no $dir/libmegafold_ops.so"; exit 2; }
-        # One test binary serves every library: only the suites that call the op through its
-        # tensor API, not those that build the kernels' parameter struct (whose layout may differ).
-        LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" timeout 300 "$tests" --gtest_filter="TriangleAttentionCuda*" \
-          > "$OUT/tests_$name.log" 2>&1
-        echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$name.log" | tr '\n' ' ')"
-        timeout 300 python3 bench/same_outputs.py --lib "$dir/libmegafold_ops.so" \
+        variant_tests "$name" "TriangleAttentionCuda*"
+        timeout 300 python3 bench/same_outputs.py --lib "$(variant_dir "$name")/libmegafold_ops.so" \
           --against build-base/libmegafold_ops.so > "$OUT/same_$name.log" 2>&1
         echo "$name: against the base, $(tail -1 "$OUT/same_$name.log")"
       done
       # The op's fwd+bwd as bench/triangle_attention.py times it (what the README reports; the
       # profile's step time carries the profiler's host overhead), at the profile's sizes.
       sizes=() in_n=0
-      for arg in "${profile_args[@]}"; do
+      for arg in "${bench_args[@]}"; do
         if [ "$arg" = --n ]; then in_n=1; elif [ "${arg#-}" != "$arg" ]; then in_n=0
         elif [ $in_n = 1 ]; then sizes+=("$arg"); fi
       done
@@ -111,7 +120,7 @@ while [ $# -gt 0 ]; do
         for name in base "${names[@]}"; do
           log="$OUT/ab_${name}_$round.log" variant_lib="$(variant_dir "$name")/libmegafold_ops.so"
           timeout 150 python3 bench/profile_kernels.py --lib "$variant_lib" \
-            "${profile_args[@]}" > "$log" 2>&1 || echo "$name round $round failed ($log)"
+            "${bench_args[@]}" > "$log" 2>&1 || echo "$name round $round failed ($log)"
           timeout 150 python3 bench/triangle_attention.py --lib "$variant_lib" --impl megafold \
             --out "$OUT/ab_${name}_$round.json" ${sizes[@]:+--n "${sizes[@]}"} > /dev/null 2>&1 ||
             echo "$name round $round: op timing failed"
@@ -123,26 +132,14 @@ while [ $# -gt 0 ]; do
       # LayerNorm+Linear, TriMul and the transition, then bench/fused_ops.py --profile ARGS (the
       # op's fwd+bwd and its kernels) for the base and every variant, alternated twice, and
       # bench/ab_fused.py's table.
-      [ -f build-base/libmegafold_ops.so ] ||
-        { echo "fused-variants: no base library (bench/pack_binaries.sh --base)"; exit 2; }
-      names=() fused_args=()
-      for arg in "${args[@]}"; do
-        if [ ${#fused_args[@]} -gt 0 ] || [ "${arg#-}" != "$arg" ]; then fused_args+=("$arg")
-        else names+=("$arg"); fi
-      done
-      variant_dir() { if [ "$1" = new ]; then dirname "$lib"; else echo "build-$1"; fi; }
+      split_variants "${args[@]}"
       for name in "${names[@]}"; do
-        dir="$(variant_dir "$name")"
-        [ -f "$dir/libmegafold_ops.so" ] || { echo "fused-variants: no $dir/libmegafold_ops.so"; exit 2; }
-        LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" timeout 300 "$tests" \
-          --gtest_filter="LayerNormLinearCuda*:TriangleMultiplicationCuda*:SwigluTransitionCuda*" \
-          > "$OUT/tests_$name.log" 2>&1
-        echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$name.log" | tr '\n' ' ')"
+        variant_tests "$name" "LayerNormLinearCuda*:TriangleMultiplicationCuda*:SwigluTransitionCuda*"
       done
       for round in 1 2; do
         for name in base "${names[@]}"; do
           timeout 200 python3 bench/fused_ops.py --lib "$(variant_dir "$name")/libmegafold_ops.so" --impl megafold \
-            --profile --out "$OUT/abf_${name}_$round.json" "${fused_args[@]}" > "$OUT/abf_${name}_$round.log" 2>&1 ||
+            --profile --out "$OUT/abf_${name}_$round.json" "${bench_args[@]}" > "$OUT/abf_${name}_$round.log" 2>&1 ||
             echo "$name round $round failed ($OUT/abf_${name}_$round.log)"
         done
       done
