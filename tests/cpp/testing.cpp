@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 
 #include "ops/reference_mode.h"
@@ -16,8 +17,11 @@
 namespace megafold::testing {
 
 uint64_t fresh_seed() {
-  const uint64_t seed = static_cast<uint64_t>(
-      std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  // MEGAFOLD_TEST_SEED replays the seed a failing run printed.
+  const char* replay = std::getenv("MEGAFOLD_TEST_SEED");
+  const uint64_t seed = replay && *replay ? std::strtoull(replay, nullptr, 10)
+                                          : static_cast<uint64_t>(
+                                                std::chrono::high_resolution_clock::now().time_since_epoch().count());
   at::manual_seed(seed);
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   std::printf("[ seed     ] %llu\n", static_cast<unsigned long long>(seed));

@@ -17,7 +17,8 @@
 
 namespace megafold::testing {
 
-// A seed that differs per run (printed on failure) so inputs are fresh but reproducible.
+// A seed that differs per run (printed on failure) so inputs are fresh but reproducible:
+// MEGAFOLD_TEST_SEED=<printed seed> replays it.
 uint64_t fresh_seed();
 
 // Max-abs error of a relative to b, over max-abs of b (0 when b is all zeros).
