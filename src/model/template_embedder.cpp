@@ -45,11 +45,15 @@ at::Tensor template_pair_features(const data::Batch& batch, int64_t t, const Tem
   const at::Tensor dgram = at::one_hot(bin.clamp_min(0), cfg.distogram_bins).to(x.scalar_type()) *
                            (bin >= 0).to(x.scalar_type()).unsqueeze(-1);
   // Frames (AF2 Alg. 21): e1 along C - CA, e2 the part of N - CA orthogonal to it, e3 = e1 x e2.
-  const at::Tensor e1 = unit(c - ca);
-  const at::Tensor v2 = n - ca;
+  // In float64, which is exact on float32 coordinates and costs nothing at [B, N]: where N - CA
+  // lies nearly along C - CA the orthogonal part cancels, and float32 rounding of the projection
+  // would grow tenfold and more in e2 and e3.
+  const at::Tensor n64 = n.to(at::kDouble), ca64 = ca.to(at::kDouble);
+  const at::Tensor e1 = unit(c.to(at::kDouble) - ca64);
+  const at::Tensor v2 = n64 - ca64;
   const at::Tensor e2 = unit(v2 - e1 * (e1 * v2).sum(-1, true));
   const at::Tensor e3 = at::linalg_cross(e1, e2, -1);
-  const at::Tensor axes = at::stack({e1, e2, e3}, 2);  // [B, N, 3 (axis), 3]
+  const at::Tensor axes = at::stack({e1, e2, e3}, 2).to(x.scalar_type());  // [B, N, 3 (axis), 3]
   // CA_j - CA_i in frame i, the difference taken first and every step elementwise: a product
   // with absolute coordinates (an einsum, which autocast would run in bf16, 0.5-2 A apart at
   // 100-400 A from the origin) would lose a neighbour's 3.8 A to rounding.
