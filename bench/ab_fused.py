@@ -7,13 +7,12 @@ beside each variant, the change of its mean against the base's. Kernels are matc
 
 usage: python3 bench/ab_fused.py DIR BASE [VARIANT...]
 """
-import json
 import pathlib
 import re
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from ab_table import print_table  # noqa: E402  (one table for both kinds of A/B run)
+from ab_table import print_table, timed_rows  # noqa: E402  (one table for both kinds of A/B run)
 
 # The lines bench/fused_ops.py prints (header_line, kernel_line).
 HEADER = re.compile(r"^(\w+) N=(\d+): per fwd\+bwd, ms")
@@ -30,9 +29,8 @@ def read(log):
             key = (m.group(1), int(m.group(2)))
         elif key is not None and (m := KERNEL.match(line)):
             times[(*key, PREFIX.sub("", m.group(2).strip()))] = float(m.group(1))
-    if (timed := log.with_suffix(".json")).exists():
-        for row in json.loads(timed.read_text())["rows"]:
-            times[(row["op"], row["n"], OP_LABEL)] = row["fwdbwd_ms"]
+    for row in timed_rows(log):
+        times[(row["op"], row["n"], OP_LABEL)] = row["fwdbwd_ms"]
     return times
 
 

@@ -30,10 +30,15 @@ def read(path):
             n = int(m.group(1))
         elif n is not None and (m := KERNEL.match(line) or TOTAL.match(line)):
             times[(n, m.group(2).strip())] = float(m.group(1))
-    if (timed := path.with_suffix(".json")).exists():
-        for row in json.loads(timed.read_text())["rows"]:
-            times[(row["n"], OP_LABEL)] = row["fwdbwd_ms"]
+    for row in timed_rows(path):
+        times[(row["n"], OP_LABEL)] = row["fwdbwd_ms"]
     return times
+
+
+def timed_rows(log):
+    """The result rows of the op's own timing written beside a log (LOG.json), if any."""
+    timed = log.with_suffix(".json")
+    return json.loads(timed.read_text())["rows"] if timed.exists() else []
 
 
 def print_table(runs, names, label, order=None, digits=3):
