@@ -80,6 +80,12 @@ split_variants() {
       { echo "$stage: no $(variant_dir "$name")/libmegafold_ops.so"; exit 2; }
   done
 }
+# A call brings back only a few files from $OUT: the variant stages' many logs (each library's
+# tests and timings per round) travel as one archive once their table is printed.
+archive_logs() {  # ARCHIVE PATTERN...
+  local archive="$1"; shift
+  (cd "$OUT" && ls $@ 2>/dev/null | tar cJf "$archive" -T - && ls $@ 2>/dev/null | xargs rm -f)
+}
 variant_tests() {  # NAME FILTER
   LD_LIBRARY_PATH="$(variant_dir "$1"):$LD_LIBRARY_PATH" timeout 300 "$tests" --gtest_filter="$2" \
     > "$OUT/tests_$1.log" 2>&1
@@ -126,7 +132,8 @@ while [ $# -gt 0 ]; do
             echo "$name round $round: op timing failed"
         done
       done
-      python3 bench/ab_table.py "$OUT" base "${names[@]}" ;;
+      python3 bench/ab_table.py "$OUT" base "${names[@]}"
+      archive_logs variants_logs.tar.xz 'tests_*.log' 'same_*.log' 'ab_*' ;;
     fused-variants)
       # The same for the fused pair operators' libraries: each variant's CUDA tests of
       # LayerNorm+Linear, TriMul and the transition, then bench/fused_ops.py --profile ARGS (the
@@ -143,7 +150,8 @@ while [ $# -gt 0 ]; do
             echo "$name round $round failed ($OUT/abf_${name}_$round.log)"
         done
       done
-      python3 bench/ab_fused.py "$OUT" base "${names[@]}" ;;
+      python3 bench/ab_fused.py "$OUT" base "${names[@]}"
+      archive_logs fused_variants_logs.tar.xz 'tests_*.log' 'abf_*' ;;
     fused)
       python3 bench/fused_ops.py --lib "$lib" --out "$OUT/fused_ops.json" "${args[@]}" 2> "$OUT/fused.log" \
         | cut -c1-300 ;;

@@ -7,8 +7,10 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -18,10 +20,20 @@ namespace megafold::testing {
 
 uint64_t fresh_seed() {
   // MEGAFOLD_TEST_SEED replays the seed a failing run printed.
+  // A value that is not a whole decimal number stops the run: silently replaying seed 0 would
+  // look like a replay of the failure and test something else.
   const char* replay = std::getenv("MEGAFOLD_TEST_SEED");
-  const uint64_t seed = replay && *replay ? std::strtoull(replay, nullptr, 10)
-                                          : static_cast<uint64_t>(
-                                                std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  uint64_t seed = static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  if (replay && *replay) {
+    char* end = nullptr;
+    errno = 0;
+    seed = std::strtoull(replay, &end, 10);
+    if (*replay == '-' || *end != '\0' || errno == ERANGE) {
+      std::fprintf(stderr, "MEGAFOLD_TEST_SEED=%s is not a seed (a decimal number below 2^64, as a test prints)\n",
+                   replay);
+      std::exit(2);
+    }
+  }
   at::manual_seed(seed);
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   std::printf("[ seed     ] %llu\n", static_cast<unsigned long long>(seed));
