@@ -84,7 +84,8 @@ split_variants() {
 # tests and timings per round) travel as one archive once their table is printed.
 archive_logs() {  # ARCHIVE PATTERN...
   local archive="$1"; shift
-  (cd "$OUT" && ls $@ 2>/dev/null | tar cJf "$archive" -T - && ls $@ 2>/dev/null | xargs rm -f)
+  (cd "$OUT" && shopt -s nullglob && files=($@) &&
+    { [ ${#files[@]} -eq 0 ] || tar cJf "$archive" --remove-files "${files[@]}"; })
 }
 variant_tests() {  # NAME FILTER
   LD_LIBRARY_PATH="$(variant_dir "$1"):$LD_LIBRARY_PATH" timeout 300 "$tests" --gtest_filter="$2" \

@@ -7,11 +7,12 @@
 #include <zlib.h>
 
 #include <atomic>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "ops/reference_mode.h"
@@ -19,16 +20,16 @@
 namespace megafold::testing {
 
 uint64_t fresh_seed() {
-  // MEGAFOLD_TEST_SEED replays the seed a failing run printed.
-  // A value that is not a whole decimal number stops the run: silently replaying seed 0 would
-  // look like a replay of the failure and test something else.
+  // MEGAFOLD_TEST_SEED replays the seed a failing run printed. A value that is not a whole
+  // decimal seed stops the run: replaying some other seed silently would test something else.
   const char* replay = std::getenv("MEGAFOLD_TEST_SEED");
-  uint64_t seed = static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
-  if (replay && *replay) {
-    char* end = nullptr;
-    errno = 0;
-    seed = std::strtoull(replay, &end, 10);
-    if (*replay == '-' || *end != '\0' || errno == ERANGE) {
+  uint64_t seed = 0;
+  if (replay == nullptr || *replay == '\0') {
+    seed = static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  } else {
+    const char* end = replay + std::strlen(replay);
+    const auto [stop, error] = std::from_chars(replay, end, seed);
+    if (error != std::errc() || stop != end) {
       std::fprintf(stderr, "MEGAFOLD_TEST_SEED=%s is not a seed (a decimal number below 2^64, as a test prints)\n",
                    replay);
       std::exit(2);
