@@ -8,9 +8,10 @@
 // runs on across them, refilled by the last warpgroup done with a slot, so a tile's first
 // weights arrive during the previous tile's last steps and epilogue. With the triangle-
 // multiplication epilogue two blocks per SM take all the tiles (persistent); the plain forward
-// gets one tile per block (faster there). dx and G: thread 0 keeps a ring of kStages slots
-// filled (each refill issued after its own step, for the step kStages ahead); G's grid of row
-// chunks is a function of the shape (the order of the chunk sums, hence the bits, must not
+// gets one tile per block (faster there). dx: the ring refilled by the last warp done with a
+// slot. G: thread 0 keeps a ring of kStages slots filled (each refill issued after its own step,
+// for the step kStages ahead; the xhat build meets every warp at each step anyway); its grid of
+// row chunks is a function of the shape (the order of the chunk sums, hence the bits, must not
 // depend on the GPU).
 //   forward  LayerNorm in registers, the rows in shared memory as the A operand; per 64 output
 //            features the weight tile arrives by TMA, y += A W^T (m64n64k16 x 8), + bias,
@@ -312,7 +313,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     tma_wgmma_dx_kernel(const __grid_constant__ Maps maps, const LayerNormLinearParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   extern __shared__ unsigned char raw[];
-  __shared__ Ring<Tr::kStages> ring;
+  __shared__ SelfFilledRing<Tr::kStages, Tr::kWarpgroups> ring;
   unsigned char* slots = aligned_1024(raw);  // [slot][dy of warpgroup 0, 1; weight columns 0..63, 64..127]
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4;
@@ -324,11 +325,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   init_ring(ring);
   auto load = [&](int j) {
     if (j >= k_tiles) {
-      const int w = j - k_tiles, s = ring.acquire(j, Tr::gx_bytes(sizeof(Tin)));
+      const int w = j - k_tiles, s = ring.arm(j, Tr::gx_bytes(sizeof(Tin)));
       load_x_rows<Tin>(slots + s * Tr::kDxSlot, &maps.x, ring.filled(s), block_row + 64 * w);
       return;
     }
-    const int s = ring.acquire(j, Tr::kDxSlot);
+    const int s = ring.arm(j, Tr::kDxSlot);
     unsigned char* slot = slots + s * Tr::kDxSlot;
     for (int w = 0; w < Tr::kWarpgroups; ++w)
       tma_load_2d(slot + w * Tr::kPanel, &maps.dy, ring.filled(s), j * Tr::kTileN, static_cast<int>(block_row + 64 * w));
@@ -361,8 +362,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     wgmma_wait<0>();
     fence_registers(acc[0]);
     fence_registers(acc[1]);
-    ring.release(s);
-    if (threadIdx.x == 0 && j + Tr::kStages < steps) load(j + Tr::kStages);
+    // The last warp done with the slot refills it: no warp waits for another (thread 0 waiting
+    // for the slot to empty held its warpgroup back whenever the other ran behind).
+    if (ring.release_warp(s) && j + Tr::kStages < steps) load(j + Tr::kStages);
   }
 
   // LayerNorm backward of rows 16 warp + g + 8 h.
