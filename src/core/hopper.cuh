@@ -243,6 +243,15 @@ struct SelfFilledRing : FullSlots<kStages> {
                  : "memory");
     return before % (4 * kGroups) == 4 * kGroups - 1;
   }
+  // Every calling thread: waits until slot s has had `count` warp releases in all (4 kGroups per
+  // use of the slot), so that a slot with no refill after its last use is free for the caller's
+  // own stores (the acquire orders them after every warp's reads of it).
+  __device__ __forceinline__ void wait_released(int s, int count) {
+    int seen;
+    do {
+      asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];\n" : "=r"(seen) : "r"(smem_u32(&released[s])) : "memory");
+    } while (seen < count);
+  }
 };
 
 // A persistent grid's block takes row tiles blockIdx.x, + gridDim.x, ... of `tiles`: how many.

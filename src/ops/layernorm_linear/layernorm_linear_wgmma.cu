@@ -79,6 +79,7 @@ struct Traits {
   __host__ __device__ static constexpr int g_smem(int x_bytes) { return g_stages(x_bytes) * g_slot(x_bytes) + 1024 + 1024; }
   static constexpr int kBlocksPerSm = 2;
   static_assert(kK == 128 && kTileN == 64 && kStepM == 64, "the panel arithmetic below assumes these");
+  static_assert(kDxSlot >= kThreads / 32 * 8 * kK * 4, "dx's row exchange: 8 rows of fp32 per warp in one slot");
 };
 
 using Tr = Traits;
@@ -308,6 +309,81 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #endif
 }
 
+#if defined(MEGAFOLD_SM90A_DEVICE)
+// dx of a warp's 16 rows (rows 16 warp + g + 8 h of its warpgroup's x tile, global rows
+// row0 + g + 8 h) from dxhat' in the accumulator layout, by rows: per h the warp's
+// accumulators go to its 4 KB buffer `rows_s` as 8 rows of 128 floats (16-byte chunks XOR-
+// swizzled by the row), then half-warps take rows 2q and 2q + 1, 8 columns a lane. So a lane
+// holds 8 of ln_w, not 32; the row sums run over 16 lanes; and dx leaves in 16-byte pieces
+// of whole rows. In the accumulator layout (a quad per row, 32 columns a lane) the pass that
+// forms dx re-read ln_w from global memory and spilled the x values, one dependent load
+// after another: 45% of the kernel's stall samples (Nsight Compute, N = 768, H100).
+template <typename Tin>
+__device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2][32], float* rows_s,
+                                                           const unsigned char* x_tile, int tile_row0, int64_t row0,
+                                                           const float (&mean)[2], const float (&rstd)[2],
+                                                           const float* ln_w, int64_t M, Tin* dx) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int half = lane / 16, col0 = 8 * (lane % 16);  // this lane's rows 2q + half, columns col0 ..
+  const float4 w_lo = *reinterpret_cast<const float4*>(ln_w + col0);
+  const float4 w_hi = *reinterpret_cast<const float4*>(ln_w + col0 + 4);
+  const float gw[8] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w, w_hi.x, w_hi.y, w_hi.z, w_hi.w};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __syncwarp();  // the previous h's reads are done
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const int chunk = 16 * a + 2 * c + t / 2;  // 4 floats per chunk
+        *reinterpret_cast<float2*>(rows_s + g * 128 + 4 * (chunk ^ g) + 2 * (t % 2)) =
+            make_float2(acc[a][4 * c + 2 * h], acc[a][4 * c + 2 * h + 1]);
+      }
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = 2 * q + half;  // row g = r of this h
+      const float mu = __shfl_sync(0xffffffffu, mean[h], 4 * r), rs = __shfl_sync(0xffffffffu, rstd[h], 4 * r);
+      const int chunk = col0 / 4;
+      const float4 d_lo = *reinterpret_cast<const float4*>(rows_s + r * 128 + 4 * (chunk ^ r));
+      const float4 d_hi = *reinterpret_cast<const float4*>(rows_s + r * 128 + 4 * ((chunk + 1) ^ r));
+      const float4 x_lo = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, col0);
+      const float4 x_hi = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, col0 + 4);
+      const float dxh[8] = {d_lo.x, d_lo.y, d_lo.z, d_lo.w, d_hi.x, d_hi.y, d_hi.z, d_hi.w};
+      const float xv[8] = {x_lo.x, x_lo.y, x_lo.z, x_lo.w, x_hi.x, x_hi.y, x_hi.z, x_hi.w};
+      float d[8], xh[8], s1 = 0.f, s2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        d[k] = dxh[k] * gw[k];
+        xh[k] = (xv[k] - mu) * rs;
+        s1 += d[k];
+        s2 += d[k] * xh[k];
+      }
+#pragma unroll
+      for (int o = 1; o < 16; o <<= 1) {
+        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+      }
+      s1 *= 1.f / 128;
+      s2 *= 1.f / 128;
+      const int64_t row = row0 + r + 8 * h;
+      if (row >= M) continue;
+      float out[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = rs * (d[k] - s1 - xh[k] * s2);
+      Tin* dst = dx + row * 128 + col0;
+      if constexpr (std::is_same_v<Tin, float>) {
+        *reinterpret_cast<float4*>(dst) = make_float4(out[0], out[1], out[2], out[3]);
+        *reinterpret_cast<float4*>(dst + 4) = make_float4(out[4], out[5], out[6], out[7]);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(pack2<Tin>(out[0], out[1]), pack2<Tin>(out[2], out[3]),
+                                                    pack2<Tin>(out[4], out[5]), pack2<Tin>(out[6], out[7]));
+      }
+    }
+  }
+}
+#endif
+
 template <typename Tin, typename T>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     tma_wgmma_dx_kernel(const __grid_constant__ Maps maps, const LayerNormLinearParams p) {
@@ -339,6 +415,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   if (threadIdx.x == 0)
     for (int j = 0; j < Tr::kStages && j < steps; ++j) load(j);
 
+  // The statistics of this thread's rows 16 warp + g + 8 h, loaded now so that their DRAM
+  // latency passes under the products.
+  const int64_t warp_row0 = block_row + wg * 64 + 16 * warp;
+  float mean[2], rstd[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = warp_row0 + g + 8 * h;
+    mean[h] = row < p.M ? p.mean[row] : 0.f;
+    rstd[h] = row < p.M ? p.rstd[row] : 0.f;
+  }
   // acc[half] = dxhat' columns 64 half .. +63: dy (64 rows x 64 features, K-major) times the
   // weight tile (64 features x 64 columns, read MN-major: its rows run along the reduction).
   float acc[2][32];
@@ -367,23 +453,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     if (ring.release_warp(s) && j + Tr::kStages < steps) load(j + Tr::kStages);
   }
 
-  // LayerNorm backward of rows 16 warp + g + 8 h.
-  const int r_local[2] = {16 * warp + g, 16 * warp + g + 8};
-  int64_t rows[2];
-  float mean[2], rstd[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    rows[h] = block_row + wg * 64 + r_local[h];
-    const bool valid = rows[h] < p.M;
-    mean[h] = valid ? p.mean[rows[h]] : 0.f;
-    rstd[h] = valid ? p.rstd[rows[h]] : 0.f;
-  }
+  // The LayerNorm backward by rows, through 4 KB of the last dy step's slot per warp (32 KB: the
+  // whole slot, free once all 8 warps have released it; no refill follows its last use).
+  const int last = (k_tiles - 1) % Tr::kStages;
+  ring.wait_released(last, 4 * Tr::kWarpgroups * ((k_tiles - 1) / Tr::kStages + 1));
+  float* rows_s = reinterpret_cast<float*>(slots + last * Tr::kDxSlot) + (threadIdx.x / 32) * 1024;
   const unsigned char* x_tile = slots + ring.wait(k_tiles + wg) * Tr::kDxSlot;
-  auto xhat = [&](int h, int col) {
-    const float2 v = x_pair<Tin>(x_tile, r_local[h], col);
-    return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
-  };
-  layernorm_backward_rows(acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(p.dx));
+  layernorm_backward_by_rows<Tin>(acc, rows_s, x_tile, 16 * warp, warp_row0, mean, rstd, p.ln_w, p.M,
+                                  static_cast<Tin*>(p.dx));
 #endif
 }
 
