@@ -80,6 +80,7 @@ struct Traits {
   static constexpr int kBlocksPerSm = 2;
   static_assert(kK == 128 && kTileN == 64 && kStepM == 64, "the panel arithmetic below assumes these");
   static_assert(kDxSlot >= kThreads / 32 * 8 * kK * 4, "dx's row exchange: 8 rows of fp32 per warp in one slot");
+  static_assert(kStages > kWarpgroups, "dx's x tiles must not land in the last dy step's slot (the row exchange)");
 };
 
 using Tr = Traits;
@@ -312,22 +313,27 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #if defined(MEGAFOLD_SM90A_DEVICE)
 // dx of a warp's 16 rows (rows 16 warp + g + 8 h of its warpgroup's x tile, global rows
 // row0 + g + 8 h) from dxhat' in the accumulator layout, by rows: per h the warp's
-// accumulators go to its 4 KB buffer `rows_s` as 8 rows of 128 floats (16-byte chunks XOR-
-// swizzled by the row), then half-warps take rows 2q and 2q + 1, 8 columns a lane. So a lane
-// holds 8 of ln_w, not 32; the row sums run over 16 lanes; and dx leaves in 16-byte pieces
-// of whole rows. In the accumulator layout (a quad per row, 32 columns a lane) the pass that
-// forms dx re-read ln_w from global memory and spilled the x values, one dependent load
-// after another: 45% of the kernel's stall samples (Nsight Compute, N = 768, H100).
+// accumulators go to its 4 KB buffer `rows_s` as 8 rows of 128 floats, then half-warps take
+// rows 2q and 2q + 1, a lane columns 4 l .. 4 l + 3 and 64 + 4 l .. (l = lane % 16). So a lane
+// holds 8 of ln_w (loaded first, under the exchange's stores), not 32; the row sums
+// run over 16 lanes; and each store of dx covers 128 contiguous bytes or more. In the
+// accumulator layout (a quad per row, 32 columns a lane) the pass that formed dx re-read ln_w
+// from global memory and spilled the x values, one dependent load after another: 45% of the
+// kernel's stall samples (Nsight Compute, N = 768, H100). The buffer's 16-byte chunks are
+// XOR-swizzled by twice the row, which keeps every access to it and to the x tile free of bank
+// conflicts (a 16-lane phase of 8-byte stores, 8-lane phases of 16-byte loads).
 template <typename Tin>
 __device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2][32], float* rows_s,
                                                            const unsigned char* x_tile, int tile_row0, int64_t row0,
                                                            const float (&mean)[2], const float (&rstd)[2],
                                                            const float* ln_w, int64_t M, Tin* dx) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int half = lane / 16, col0 = 8 * (lane % 16);  // this lane's rows 2q + half, columns col0 ..
-  const float4 w_lo = *reinterpret_cast<const float4*>(ln_w + col0);
-  const float4 w_hi = *reinterpret_cast<const float4*>(ln_w + col0 + 4);
+  const int half = lane / 16, l = lane % 16;  // this lane's rows 2q + half
+  const float4 w_lo = *reinterpret_cast<const float4*>(ln_w + 4 * l);
+  const float4 w_hi = *reinterpret_cast<const float4*>(ln_w + 64 + 4 * l);
   const float gw[8] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w, w_hi.x, w_hi.y, w_hi.z, w_hi.w};
+  auto* pairs = reinterpret_cast<float2*>(rows_s);
+  const auto* quads = reinterpret_cast<const float4*>(rows_s);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     __syncwarp();  // the previous h's reads are done
@@ -335,20 +341,17 @@ __device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2]
     for (int a = 0; a < 2; ++a)
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
-        const int chunk = 16 * a + 2 * c + t / 2;  // 4 floats per chunk
-        *reinterpret_cast<float2*>(rows_s + g * 128 + 4 * (chunk ^ g) + 2 * (t % 2)) =
-            make_float2(acc[a][4 * c + 2 * h], acc[a][4 * c + 2 * h + 1]);
+        const int chunk = 16 * a + 2 * c + t / 2;  // of columns 64 a + 8 c + 2 t, + 1 (4 floats a chunk)
+        pairs[g * 64 + 2 * (chunk ^ (2 * g)) + t % 2] = make_float2(acc[a][4 * c + 2 * h], acc[a][4 * c + 2 * h + 1]);
       }
     __syncwarp();
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int r = 2 * q + half;  // row g = r of this h
       const float mu = __shfl_sync(0xffffffffu, mean[h], 4 * r), rs = __shfl_sync(0xffffffffu, rstd[h], 4 * r);
-      const int chunk = col0 / 4;
-      const float4 d_lo = *reinterpret_cast<const float4*>(rows_s + r * 128 + 4 * (chunk ^ r));
-      const float4 d_hi = *reinterpret_cast<const float4*>(rows_s + r * 128 + 4 * ((chunk + 1) ^ r));
-      const float4 x_lo = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, col0);
-      const float4 x_hi = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, col0 + 4);
+      const float4 d_lo = quads[r * 32 + (l ^ (2 * r))], d_hi = quads[r * 32 + ((16 + l) ^ (2 * r))];
+      const float4 x_lo = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, 4 * l);
+      const float4 x_hi = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, 64 + 4 * l);
       const float dxh[8] = {d_lo.x, d_lo.y, d_lo.z, d_lo.w, d_hi.x, d_hi.y, d_hi.z, d_hi.w};
       const float xv[8] = {x_lo.x, x_lo.y, x_lo.z, x_lo.w, x_hi.x, x_hi.y, x_hi.z, x_hi.w};
       float d[8], xh[8], s1 = 0.f, s2 = 0.f;
@@ -371,13 +374,14 @@ __device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2]
       float out[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) out[k] = rs * (d[k] - s1 - xh[k] * s2);
-      Tin* dst = dx + row * 128 + col0;
       if constexpr (std::is_same_v<Tin, float>) {
-        *reinterpret_cast<float4*>(dst) = make_float4(out[0], out[1], out[2], out[3]);
-        *reinterpret_cast<float4*>(dst + 4) = make_float4(out[4], out[5], out[6], out[7]);
+        auto* dst = reinterpret_cast<float4*>(dx + row * 128);
+        dst[l] = make_float4(out[0], out[1], out[2], out[3]);
+        dst[16 + l] = make_float4(out[4], out[5], out[6], out[7]);
       } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(pack2<Tin>(out[0], out[1]), pack2<Tin>(out[2], out[3]),
-                                                    pack2<Tin>(out[4], out[5]), pack2<Tin>(out[6], out[7]));
+        auto* dst = reinterpret_cast<uint2*>(dx + row * 128);
+        dst[l] = make_uint2(pack2<Tin>(out[0], out[1]), pack2<Tin>(out[2], out[3]));
+        dst[16 + l] = make_uint2(pack2<Tin>(out[4], out[5]), pack2<Tin>(out[6], out[7]));
       }
     }
   }
@@ -455,7 +459,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   // The LayerNorm backward by rows, through 4 KB of the last dy step's slot per warp (32 KB: the
   // whole slot, free once all 8 warps have released it; no refill follows its last use).
-  const int last = (k_tiles - 1) % Tr::kStages;
+  const int last = (k_tiles - 1) % Tr::kStages;  // k_tiles >= 1: the host returns early for N = 0
   ring.wait_released(last, 4 * Tr::kWarpgroups * ((k_tiles - 1) / Tr::kStages + 1));
   float* rows_s = reinterpret_cast<float*>(slots + last * Tr::kDxSlot) + (threadIdx.x / 32) * 1024;
   const unsigned char* x_tile = slots + ring.wait(k_tiles + wg) * Tr::kDxSlot;
@@ -663,6 +667,9 @@ void layernorm_linear_backward_wgmma(const LayerNormLinearParams& p, int64_t row
   const dim3 dx_grid(grid_rows(p.M));
   const dim3 g_grid(static_cast<unsigned>((p.N + Tr::kBlockRows - 1) / Tr::kBlockRows), static_cast<unsigned>(chunks));
   MF_CHECK(chunks <= 65535, "layernorm_linear: ", chunks, " weight-gradient chunks exceed the grid");
+  // dx's rows leave in 16-byte pieces (8-byte for 16-bit x)
+  MF_CHECK(p.dx == nullptr || reinterpret_cast<uintptr_t>(p.dx) % 16 == 0,
+           "layernorm_linear: dx must be 16-byte aligned for the sm_90a dx kernel");
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     using Tin = decltype(tin);
     using T = decltype(t);
