@@ -229,6 +229,29 @@ struct SelfFilledRing : FullSlots<kStages> {
     __threadfence_block();
     return last;
   }
+  // The same per warp, for kernels whose warps reach a slot's end without meeting (each warp has
+  // waited for its own part of the products): true in lane 0 of the last of the 4 kGroups warps,
+  // which refills the slot. One acquire-release count, no barrier and no full fences. A kernel
+  // uses release or release_warp for every slot, not both.
+  __device__ __forceinline__ bool release_warp(int s) {
+    __syncwarp();
+    if (threadIdx.x % 32 != 0) return false;
+    int before;
+    asm volatile("atom.acq_rel.cta.shared::cta.add.s32 %0, [%1], 1;\n"
+                 : "=r"(before)
+                 : "r"(smem_u32(&released[s]))
+                 : "memory");
+    return before % (4 * kGroups) == 4 * kGroups - 1;
+  }
+  // Every calling thread: waits until slot s has had `count` warp releases in all (4 kGroups per
+  // use of the slot), so that a slot with no refill after its last use is free for the caller's
+  // own stores (the acquire orders them after every warp's reads of it).
+  __device__ __forceinline__ void wait_released(int s, int count) {
+    int seen;
+    do {
+      asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];\n" : "=r"(seen) : "r"(smem_u32(&released[s])) : "memory");
+    } while (seen < count);
+  }
 };
 
 // A persistent grid's block takes row tiles blockIdx.x, + gridDim.x, ... of `tiles`: how many.

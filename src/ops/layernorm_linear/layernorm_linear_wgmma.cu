@@ -8,9 +8,10 @@
 // runs on across them, refilled by the last warpgroup done with a slot, so a tile's first
 // weights arrive during the previous tile's last steps and epilogue. With the triangle-
 // multiplication epilogue two blocks per SM take all the tiles (persistent); the plain forward
-// gets one tile per block (faster there). dx and G: thread 0 keeps a ring of kStages slots
-// filled (each refill issued after its own step, for the step kStages ahead); G's grid of row
-// chunks is a function of the shape (the order of the chunk sums, hence the bits, must not
+// gets one tile per block (faster there). dx: the ring refilled by the last warp done with a
+// slot. G: thread 0 keeps a ring of kStages slots filled (each refill issued after its own step,
+// for the step kStages ahead; the xhat build meets every warp at each step anyway); its grid of
+// row chunks is a function of the shape (the order of the chunk sums, hence the bits, must not
 // depend on the GPU).
 //   forward  LayerNorm in registers, the rows in shared memory as the A operand; per 64 output
 //            features the weight tile arrives by TMA, y += A W^T (m64n64k16 x 8), + bias,
@@ -78,6 +79,8 @@ struct Traits {
   __host__ __device__ static constexpr int g_smem(int x_bytes) { return g_stages(x_bytes) * g_slot(x_bytes) + 1024 + 1024; }
   static constexpr int kBlocksPerSm = 2;
   static_assert(kK == 128 && kTileN == 64 && kStepM == 64, "the panel arithmetic below assumes these");
+  static_assert(kDxSlot >= kThreads / 32 * 8 * kK * 4, "dx's row exchange: 8 rows of fp32 per warp in one slot");
+  static_assert(kStages > kWarpgroups, "dx's x tiles must not land in the last dy step's slot (the row exchange)");
 };
 
 using Tr = Traits;
@@ -307,12 +310,90 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #endif
 }
 
+#if defined(MEGAFOLD_SM90A_DEVICE)
+// dx of a warp's 16 rows (rows 16 warp + g + 8 h of its warpgroup's x tile, global rows
+// row0 + g + 8 h) from dxhat' in the accumulator layout, by rows: per h the warp's
+// accumulators go to its 4 KB buffer `rows_s` as 8 rows of 128 floats, then half-warps take
+// rows 2q and 2q + 1, a lane columns 4 l .. 4 l + 3 and 64 + 4 l .. (l = lane % 16). So a lane
+// holds 8 of ln_w (loaded first, under the exchange's stores), not 32; the row sums
+// run over 16 lanes; and each store of dx covers 128 contiguous bytes or more. In the
+// accumulator layout (a quad per row, 32 columns a lane) the pass that formed dx re-read ln_w
+// from global memory and spilled the x values, one dependent load after another: 45% of the
+// kernel's stall samples (Nsight Compute, N = 768, H100). The buffer's 16-byte chunks are
+// XOR-swizzled by twice the row, which keeps every access to it and to the x tile free of bank
+// conflicts (a 16-lane phase of 8-byte stores, 8-lane phases of 16-byte loads).
+template <typename Tin>
+__device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2][32], float* rows_s,
+                                                           const unsigned char* x_tile, int tile_row0, int64_t row0,
+                                                           const float (&mean)[2], const float (&rstd)[2],
+                                                           const float* ln_w, int64_t M, Tin* dx) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int half = lane / 16, l = lane % 16;  // this lane's rows 2q + half
+  const float4 w_lo = *reinterpret_cast<const float4*>(ln_w + 4 * l);
+  const float4 w_hi = *reinterpret_cast<const float4*>(ln_w + 64 + 4 * l);
+  const float gw[8] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w, w_hi.x, w_hi.y, w_hi.z, w_hi.w};
+  auto* pairs = reinterpret_cast<float2*>(rows_s);
+  const auto* quads = reinterpret_cast<const float4*>(rows_s);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __syncwarp();  // the previous h's reads are done
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const int chunk = 16 * a + 2 * c + t / 2;  // of columns 64 a + 8 c + 2 t, + 1 (4 floats a chunk)
+        pairs[g * 64 + 2 * (chunk ^ (2 * g)) + t % 2] = make_float2(acc[a][4 * c + 2 * h], acc[a][4 * c + 2 * h + 1]);
+      }
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = 2 * q + half;  // row g = r of this h
+      const float mu = __shfl_sync(0xffffffffu, mean[h], 4 * r), rs = __shfl_sync(0xffffffffu, rstd[h], 4 * r);
+      const float4 d_lo = quads[r * 32 + (l ^ (2 * r))], d_hi = quads[r * 32 + ((16 + l) ^ (2 * r))];
+      const float4 x_lo = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, 4 * l);
+      const float4 x_hi = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, 64 + 4 * l);
+      const float dxh[8] = {d_lo.x, d_lo.y, d_lo.z, d_lo.w, d_hi.x, d_hi.y, d_hi.z, d_hi.w};
+      const float xv[8] = {x_lo.x, x_lo.y, x_lo.z, x_lo.w, x_hi.x, x_hi.y, x_hi.z, x_hi.w};
+      float d[8], xh[8], s1 = 0.f, s2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        d[k] = dxh[k] * gw[k];
+        xh[k] = (xv[k] - mu) * rs;
+        s1 += d[k];
+        s2 += d[k] * xh[k];
+      }
+#pragma unroll
+      for (int o = 1; o < 16; o <<= 1) {
+        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+      }
+      s1 *= 1.f / 128;
+      s2 *= 1.f / 128;
+      const int64_t row = row0 + r + 8 * h;
+      if (row >= M) continue;
+      float out[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = rs * (d[k] - s1 - xh[k] * s2);
+      if constexpr (std::is_same_v<Tin, float>) {
+        auto* dst = reinterpret_cast<float4*>(dx + row * 128);
+        dst[l] = make_float4(out[0], out[1], out[2], out[3]);
+        dst[16 + l] = make_float4(out[4], out[5], out[6], out[7]);
+      } else {
+        auto* dst = reinterpret_cast<uint2*>(dx + row * 128);
+        dst[l] = make_uint2(pack2<Tin>(out[0], out[1]), pack2<Tin>(out[2], out[3]));
+        dst[16 + l] = make_uint2(pack2<Tin>(out[4], out[5]), pack2<Tin>(out[6], out[7]));
+      }
+    }
+  }
+}
+#endif
+
 template <typename Tin, typename T>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     tma_wgmma_dx_kernel(const __grid_constant__ Maps maps, const LayerNormLinearParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   extern __shared__ unsigned char raw[];
-  __shared__ Ring<Tr::kStages> ring;
+  __shared__ SelfFilledRing<Tr::kStages, Tr::kWarpgroups> ring;
   unsigned char* slots = aligned_1024(raw);  // [slot][dy of warpgroup 0, 1; weight columns 0..63, 64..127]
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4;
@@ -324,11 +405,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   init_ring(ring);
   auto load = [&](int j) {
     if (j >= k_tiles) {
-      const int w = j - k_tiles, s = ring.acquire(j, Tr::gx_bytes(sizeof(Tin)));
+      const int w = j - k_tiles, s = ring.arm(j, Tr::gx_bytes(sizeof(Tin)));
       load_x_rows<Tin>(slots + s * Tr::kDxSlot, &maps.x, ring.filled(s), block_row + 64 * w);
       return;
     }
-    const int s = ring.acquire(j, Tr::kDxSlot);
+    const int s = ring.arm(j, Tr::kDxSlot);
     unsigned char* slot = slots + s * Tr::kDxSlot;
     for (int w = 0; w < Tr::kWarpgroups; ++w)
       tma_load_2d(slot + w * Tr::kPanel, &maps.dy, ring.filled(s), j * Tr::kTileN, static_cast<int>(block_row + 64 * w));
@@ -338,6 +419,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   if (threadIdx.x == 0)
     for (int j = 0; j < Tr::kStages && j < steps; ++j) load(j);
 
+  // The statistics of this thread's rows 16 warp + g + 8 h, loaded now so that their DRAM
+  // latency passes under the products.
+  const int64_t warp_row0 = block_row + wg * 64 + 16 * warp;
+  float mean[2], rstd[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = warp_row0 + g + 8 * h;
+    mean[h] = row < p.M ? p.mean[row] : 0.f;
+    rstd[h] = row < p.M ? p.rstd[row] : 0.f;
+  }
   // acc[half] = dxhat' columns 64 half .. +63: dy (64 rows x 64 features, K-major) times the
   // weight tile (64 features x 64 columns, read MN-major: its rows run along the reduction).
   float acc[2][32];
@@ -361,27 +452,19 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     wgmma_wait<0>();
     fence_registers(acc[0]);
     fence_registers(acc[1]);
-    ring.release(s);
-    if (threadIdx.x == 0 && j + Tr::kStages < steps) load(j + Tr::kStages);
+    // The last warp done with the slot refills it: no warp waits for another (thread 0 waiting
+    // for the slot to empty held its warpgroup back whenever the other ran behind).
+    if (ring.release_warp(s) && j + Tr::kStages < steps) load(j + Tr::kStages);
   }
 
-  // LayerNorm backward of rows 16 warp + g + 8 h.
-  const int r_local[2] = {16 * warp + g, 16 * warp + g + 8};
-  int64_t rows[2];
-  float mean[2], rstd[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    rows[h] = block_row + wg * 64 + r_local[h];
-    const bool valid = rows[h] < p.M;
-    mean[h] = valid ? p.mean[rows[h]] : 0.f;
-    rstd[h] = valid ? p.rstd[rows[h]] : 0.f;
-  }
+  // The LayerNorm backward by rows, through 4 KB of the last dy step's slot per warp (32 KB: the
+  // whole slot, free once all 8 warps have released it; no refill follows its last use).
+  const int last = (k_tiles - 1) % Tr::kStages;  // k_tiles >= 1: the host returns early for N = 0
+  ring.wait_released(last, 4 * Tr::kWarpgroups * ((k_tiles - 1) / Tr::kStages + 1));
+  float* rows_s = reinterpret_cast<float*>(slots + last * Tr::kDxSlot) + (threadIdx.x / 32) * 1024;
   const unsigned char* x_tile = slots + ring.wait(k_tiles + wg) * Tr::kDxSlot;
-  auto xhat = [&](int h, int col) {
-    const float2 v = x_pair<Tin>(x_tile, r_local[h], col);
-    return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
-  };
-  layernorm_backward_rows(acc, p.ln_w, xhat, rows, rstd, p.M, static_cast<Tin*>(p.dx));
+  layernorm_backward_by_rows<Tin>(acc, rows_s, x_tile, 16 * warp, warp_row0, mean, rstd, p.ln_w, p.M,
+                                  static_cast<Tin*>(p.dx));
 #endif
 }
 
@@ -584,6 +667,9 @@ void layernorm_linear_backward_wgmma(const LayerNormLinearParams& p, int64_t row
   const dim3 dx_grid(grid_rows(p.M));
   const dim3 g_grid(static_cast<unsigned>((p.N + Tr::kBlockRows - 1) / Tr::kBlockRows), static_cast<unsigned>(chunks));
   MF_CHECK(chunks <= 65535, "layernorm_linear: ", chunks, " weight-gradient chunks exceed the grid");
+  // dx's rows leave in 16-byte pieces (8-byte for 16-bit x)
+  MF_CHECK(p.dx == nullptr || reinterpret_cast<uintptr_t>(p.dx) % 16 == 0,
+           "layernorm_linear: dx must be 16-byte aligned for the sm_90a dx kernel");
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     using Tin = decltype(tin);
     using T = decltype(t);
