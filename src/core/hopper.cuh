@@ -243,14 +243,16 @@ struct SelfFilledRing : FullSlots<kStages> {
                  : "memory");
     return before % (4 * kGroups) == 4 * kGroups - 1;
   }
-  // Every calling thread: waits until slot s has had `count` warp releases in all (4 kGroups per
-  // use of the slot), so that a slot with no refill after its last use is free for the caller's
-  // own stores (the acquire orders them after every warp's reads of it).
-  __device__ __forceinline__ void wait_released(int s, int count) {
+  // Every calling thread: waits until every warp has released step `step`'s slot (4 kGroups
+  // releases per use of a slot), and returns the slot, so that a slot with no refill after that
+  // step is free for the caller's own stores (the acquire orders them after every warp's reads).
+  __device__ __forceinline__ int wait_released(int step) {
+    const int s = step % kStages, count = 4 * kGroups * (step / kStages + 1);
     int seen;
     do {
       asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];\n" : "=r"(seen) : "r"(smem_u32(&released[s])) : "memory");
     } while (seen < count);
+    return s;
   }
 };
 

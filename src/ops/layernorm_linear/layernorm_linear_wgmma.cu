@@ -138,11 +138,6 @@ __device__ __forceinline__ int x_offset(int r, int col) {
 }
 
 template <typename Tin>
-__device__ __forceinline__ float2 x_pair(const unsigned char* tile, int r, int col) {
-  return mma::load2(reinterpret_cast<const Tin*>(tile + x_offset<Tin>(r, col)));
-}
-
-template <typename Tin>
 __device__ __forceinline__ float4 x_quad(const unsigned char* tile, int r, int col) {
   return load4(reinterpret_cast<const Tin*>(tile + x_offset<Tin>(r, col)));
 }
@@ -459,8 +454,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   // The LayerNorm backward by rows, through 4 KB of the last dy step's slot per warp (32 KB: the
   // whole slot, free once all 8 warps have released it; no refill follows its last use).
-  const int last = (k_tiles - 1) % Tr::kStages;  // k_tiles >= 1: the host returns early for N = 0
-  ring.wait_released(last, 4 * Tr::kWarpgroups * ((k_tiles - 1) / Tr::kStages + 1));
+  const int last = ring.wait_released(k_tiles - 1);  // k_tiles >= 1: the host returns early for N = 0
   float* rows_s = reinterpret_cast<float*>(slots + last * Tr::kDxSlot) + (threadIdx.x / 32) * 1024;
   const unsigned char* x_tile = slots + ring.wait(k_tiles + wg) * Tr::kDxSlot;
   layernorm_backward_by_rows<Tin>(acc, rows_s, x_tile, 16 * warp, warp_row0, mean, rstd, p.ln_w, p.M,
