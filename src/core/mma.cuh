@@ -82,6 +82,12 @@ __device__ __forceinline__ void store2(Tin* p, float a, float b) {
   else *reinterpret_cast<uint32_t*>(p) = pack2<Tin>(a, b);
 }
 
+template <typename Tin>
+__device__ __forceinline__ void store4(Tin* p, float a, float b, float c, float d) {
+  if constexpr (std::is_same_v<Tin, float>) *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
+  else *reinterpret_cast<uint2*>(p) = make_uint2(pack2<Tin>(a, b), pack2<Tin>(c, d));
+}
+
 // Sum over the 32 lanes of a warp (every lane gets it; a fixed butterfly order).
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

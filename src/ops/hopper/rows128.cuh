@@ -3,7 +3,8 @@
 // swiglu_transition_wgmma.cu, triangle_multiplication_wgmma.cu; triangle_attention_wgmma.cu
 // reads its transposed bias tiles with them): 128-byte-swizzled panel offsets, projections of
 // a LayerNorm'd row tile, accumulators as A fragments, a 16-bit tile read transposed, the
-// LayerNorm backward on wgmma accumulators, and L2 prefetches of row tiles. CUDA sources only.
+// LayerNorm backward of wgmma accumulators by rows, and L2 prefetches of row tiles. CUDA
+// sources only.
 #include <cstdint>
 #include <type_traits>
 
@@ -182,124 +183,106 @@ __device__ __forceinline__ void load_tile_transposed(uint32_t (&f)[16], const un
   }
 }
 
-// fn(h, col, ln_w pair, accumulator pair) over this thread's pairs of columns of both rows of
-// two m64n64 accumulators (columns 0..63, 64..127; rows 16 warp + g + 8 h of the warpgroup).
-template <typename Acc, typename Fn>
-__device__ __forceinline__ void each_accumulator_pair(Acc (&acc)[2][32], const float* ln_w, Fn&& fn) {
-  const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int col = 64 * half + 8 * c + 2 * t;
-      const float2 gw = *reinterpret_cast<const float2*>(ln_w + col);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) fn(h, col, gw, acc[half] + 4 * c + 2 * h);
-    }
-}
-
-// The LayerNorm backward of a warpgroup's 64 rows of c = 128 from dxhat' (the gradient of the
-// scaled and shifted rows) in two m64n64 accumulators; xhat(h, col) gives the normalised pair
-// at columns col, col + 1 of row h.
+// The LayerNorm backward of a warp's 16 rows of c = 128 (rows 16 warp + g + 8 h of its
+// warpgroup, global rows row0 + g + 8 h, lane 4 g + t) from dxhat' in two m64n64 accumulators
+// (columns 0..63, 64..127), mean and rstd of the same rows, stored as dx (plus dx_add, a
+// residual stream's gradient in dx's layout, when it is not null, before dx's one rounding):
 //   dxhat = dxhat' * ln_w,  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
-// The two means per row: a row is whole within a quad of lanes, so its sums are two shuffles.
-template <typename XHat>
-__device__ __forceinline__ void layernorm_backward_means(const float (&acc)[2][32], const float* ln_w, XHat&& xhat,
-                                                         float (&s1)[2], float (&s2)[2]) {
-  s1[0] = s1[1] = s2[0] = s2[1] = 0.f;
-  each_accumulator_pair(acc, ln_w, [&](int h, int col, float2 gw, const float* a) {
-    const float2 xh = xhat(h, col);
-    const float d0 = a[0] * gw.x, d1 = a[1] * gw.y;
-    s1[h] += d0 + d1;
-    s2[h] += d0 * xh.x + d1 * xh.y;
-  });
+// By rows: per h the accumulators go through the warp's exchange buffer (2 KB at lo for
+// columns 0..63 and 2 KB at hi for 64..127, 8 rows each) and half-warps take rows 2q and
+// 2q + 1, a lane columns 4 l .. + 3 and 64 + 4 l .. + 3 (l = lane % 16). A lane holds 8 values
+// of ln_w, not 32; a row's sums run over 16 lanes; every load of x and dx_add and every store
+// of dx covers 128 contiguous bytes of a row or more. In the accumulator layout (a quad of
+// lanes per row, 4-byte pairs) the same pass was a chain of dependent pairs per thread: 45% of
+// the LayerNorm+Linear dx kernel's stall samples (Nsight Compute, N = 768, H100). x4(r, col)
+// gives x's values at columns col .. col + 3 of the warp's row r (0..15; zeros past M).
+// kLoadsFirst issues an h's x and dx_add loads before its exchange (one round trip per h, for
+// rows read from L2; 64 registers more) instead of per row pair. The buffer's 16-byte chunks
+// are XOR-swizzled by twice the row, which keeps the exchange free of bank conflicts (a
+// 16-lane phase of 8-byte stores, 8-lane phases of 16-byte loads). dx and dx_add must be
+// 16-byte aligned (8 for 16-bit Tin); the caller's last use of the buffer must be over, and a
+// warp barrier ends the helper, so that the warp may write the buffer again.
+template <typename Tin, bool kLoadsFirst, typename X4>
+__device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2][32], float* lo, float* hi,
+                                                           int64_t row0, int64_t M, const float (&mean)[2],
+                                                           const float (&rstd)[2], const float* ln_w, X4&& x4,
+                                                           Tin* dx, const Tin* dx_add) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int half = lane / 16, l = lane % 16;  // this lane's rows 2q + half
+  const float4 w_lo = *reinterpret_cast<const float4*>(ln_w + 4 * l);
+  const float4 w_hi = *reinterpret_cast<const float4*>(ln_w + 64 + 4 * l);
+  const float gw[8] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w, w_hi.x, w_hi.y, w_hi.z, w_hi.w};
+  float* const buf[2] = {lo, hi};
+  const auto* quads_lo = reinterpret_cast<const float4*>(lo);
+  const auto* quads_hi = reinterpret_cast<const float4*>(hi);
+  constexpr int kLoaded = kLoadsFirst ? 4 : 1;  // row pairs whose loads are in flight together
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    float4 xv[kLoaded][2], add[kLoaded][2];
+    auto load_rows = [&](int q, int at) {
+      const int r = 2 * q + half + 8 * h;
+      const int64_t row = row0 + r;
+      xv[at][0] = x4(r, 4 * l);
+      xv[at][1] = x4(r, 64 + 4 * l);
+      const bool adds = dx_add != nullptr && row < M;
+      add[at][0] = adds ? mma::load4(dx_add + row * 128 + 4 * l) : zero;
+      add[at][1] = adds ? mma::load4(dx_add + row * 128 + 64 + 4 * l) : zero;
+    };
+    if constexpr (kLoadsFirst) {
 #pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      s1[h] += __shfl_xor_sync(0xffffffffu, s1[h], o);
-      s2[h] += __shfl_xor_sync(0xffffffffu, s2[h], o);
+      for (int q = 0; q < 4; ++q) load_rows(q, q);
     }
-    s1[h] *= 1.f / 128;
-    s2[h] *= 1.f / 128;
-  }
-}
-
-// dx in place of the accumulators.
-template <typename XHat>
-__device__ __forceinline__ void layernorm_backward_in_place(float (&acc)[2][32], const float* ln_w, XHat&& xhat,
-                                                            const float (&rstd)[2]) {
-  float s1[2], s2[2];
-  layernorm_backward_means(acc, ln_w, xhat, s1, s2);
-  each_accumulator_pair(acc, ln_w, [&](int h, int col, float2 gw, float* a) {
-    const float2 xh = xhat(h, col);
-    a[0] = rstd[h] * (a[0] * gw.x - s1[h] - xh.x * s2[h]);
-    a[1] = rstd[h] * (a[1] * gw.y - s1[h] - xh.y * s2[h]);
-  });
-}
-
-// dx stored to rows[h] < M as each value is formed (fewer live registers than in place, then
-// stored).
-template <typename Tin, typename XHat>
-__device__ __forceinline__ void layernorm_backward_rows(const float (&acc)[2][32], const float* ln_w, XHat&& xhat,
-                                                        const int64_t (&rows)[2], const float (&rstd)[2], int64_t M,
-                                                        Tin* dx) {
-  float s1[2], s2[2];
-  layernorm_backward_means(acc, ln_w, xhat, s1, s2);
-  each_accumulator_pair(acc, ln_w, [&](int h, int col, float2 gw, const float* a) {
-    if (rows[h] >= M) return;
-    const float2 xh = xhat(h, col);
-    mma::store2(dx + rows[h] * 128 + col, rstd[h] * (a[0] * gw.x - s1[h] - xh.x * s2[h]),
-                rstd[h] * (a[1] * gw.y - s1[h] - xh.y * s2[h]));
-  });
-}
-
-// dx = the accumulators after layernorm_backward_in_place plus dx_add (dx's layout: a residual
-// stream's gradient, added before dx's one rounding so that no separate pass sums the two), by
-// plain loads in groups of 8 pairs, each group's loads issued before its stores so that their
-// latencies overlap (the compiler may not move a load of dx_add above an earlier store to dx,
-// which it must assume could alias). For kernels with registers to spare: the transition's
-// fused backward (207 registers) adds it at ~13 us over its plain store at N = 768 on an H100.
-// In the LayerNorm+Linear dx kernel (128 registers, two blocks per SM) neither these loads nor
-// a TMA copy of the addend over the x tile paid: +220 to +290 us against the 290 us pass they
-// replace (bench/notes/fused_ops.md).
-template <typename Tin>
-__device__ __forceinline__ void store_dx_rows_adding(const float (&acc)[2][32], const int64_t (&rows)[2], int64_t M,
-                                                     Tin* dx, const Tin* dx_add) {
-  const int t = threadIdx.x % 4;
+    __syncwarp();  // the previous h's reads of the buffer are done
 #pragma unroll
-  for (int group = 0; group < 4; ++group) {
-    const int half = group / 2, c0 = 4 * (group % 2);
-    float2 add[4][2];
+    for (int a = 0; a < 2; ++a)
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        add[c][h] = rows[h] < M ? mma::load2(dx_add + rows[h] * 128 + 64 * half + 8 * (c0 + c) + 2 * t)
-                                : make_float2(0.f, 0.f);
-#pragma unroll
-    for (int c = 0; c < 4; ++c)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (rows[h] >= M) continue;
-        const float* a = acc[half] + 4 * (c0 + c) + 2 * h;
-        mma::store2(dx + rows[h] * 128 + 64 * half + 8 * (c0 + c) + 2 * t, a[0] + add[c][h].x, a[1] + add[c][h].y);
+      for (int c = 0; c < 8; ++c) {
+        const int chunk = 2 * c + t / 2;  // of columns 64 a + 8 c + 2 t, + 1 (4 floats a chunk)
+        reinterpret_cast<float2*>(buf[a])[g * 32 + 2 * (chunk ^ (2 * g)) + t % 2] =
+            make_float2(acc[a][4 * c + 2 * h], acc[a][4 * c + 2 * h + 1]);
       }
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = 2 * q + half;  // row g = r of this h
+      const int at = kLoadsFirst ? q : 0;
+      if constexpr (!kLoadsFirst) load_rows(q, 0);
+      const float mu = __shfl_sync(0xffffffffu, mean[h], 4 * r), rs = __shfl_sync(0xffffffffu, rstd[h], 4 * r);
+      const float4 d_lo = quads_lo[r * 16 + (l ^ (2 * r))], d_hi = quads_hi[r * 16 + (l ^ (2 * r))];
+      const float dxh[8] = {d_lo.x, d_lo.y, d_lo.z, d_lo.w, d_hi.x, d_hi.y, d_hi.z, d_hi.w};
+      const float4 x_lo = xv[at][0], x_hi = xv[at][1], a_lo = add[at][0], a_hi = add[at][1];
+      const float xs[8] = {x_lo.x, x_lo.y, x_lo.z, x_lo.w, x_hi.x, x_hi.y, x_hi.z, x_hi.w};
+      const float ad[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
+      float d[8], xh[8], s1 = 0.f, s2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        d[k] = dxh[k] * gw[k];
+        xh[k] = (xs[k] - mu) * rs;
+        s1 += d[k];
+        s2 += d[k] * xh[k];
+      }
+#pragma unroll
+      for (int o = 1; o < 16; o <<= 1) {
+        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+      }
+      s1 *= 1.f / 128;
+      s2 *= 1.f / 128;
+      const int64_t row = row0 + r + 8 * h;
+      if (row >= M) continue;
+      float out[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = rs * (d[k] - s1 - xh[k] * s2);
+      if (dx_add != nullptr) {  // not as + 0: that would round -0 to +0 and cost the kernels without an addend
+#pragma unroll
+        for (int k = 0; k < 8; ++k) out[k] += ad[k];
+      }
+      mma::store4(dx + row * 128 + 4 * l, out[0], out[1], out[2], out[3]);
+      mma::store4(dx + row * 128 + 64 + 4 * l, out[4], out[5], out[6], out[7]);
+    }
   }
-}
-
-// The LayerNorm backward of dxhat' stored as dx, plus dx_add (a residual stream's gradient, in
-// dx's layout) when it is not null.
-template <typename Tin, typename XHat>
-__device__ __forceinline__ void store_layernorm_backward(float (&acc)[2][32], const float* ln_w, XHat&& xhat,
-                                                        const int64_t (&rows)[2], const float (&rstd)[2], int64_t M,
-                                                        void* dx, const void* dx_add) {
-  if (dx_add == nullptr) {
-    layernorm_backward_rows(acc, ln_w, xhat, rows, rstd, M, static_cast<Tin*>(dx));
-  } else {
-    layernorm_backward_in_place(acc, ln_w, xhat, rstd);
-    store_dx_rows_adding(acc, rows, M, static_cast<Tin*>(dx), static_cast<const Tin*>(dx_add));
-  }
+  __syncwarp();  // every lane's reads of the buffer are done before the warp writes it again
 }
 
 #endif  // MEGAFOLD_SM90A_DEVICE

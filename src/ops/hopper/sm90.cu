@@ -107,6 +107,10 @@ void check_blocks_per_sm(const char* op, const char* name, const void* kernel, i
                                           " its tiles assume; it runs slower");
 }
 
+void check_rows_aligned(const char* op, const char* what, const void* ptr) {
+  MF_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, op, ": ", what, " must be 16-byte aligned for the sm_90a kernels");
+}
+
 unsigned persistent_blocks(int64_t tiles, int blocks_per_sm) {
   int device = 0, sms = 0;
   MF_CUDA_CHECK(cudaGetDevice(&device));

@@ -33,6 +33,10 @@ CUtensorMap rows_map(cuda::DType dtype, const void* ptr, int64_t rows, int64_t c
 // blocks of `threads` threads and `smem` bytes fit per SM, as the kernel's tiles assume.
 void check_blocks_per_sm(const char* op, const char* name, const void* kernel, int threads, int smem, int want);
 
+// Stops with an error naming op and what unless ptr (a [rows, 128] tensor the kernels read or
+// write by plain vector accesses of a row's pieces) is null or 16-byte aligned.
+void check_rows_aligned(const char* op, const char* what, const void* ptr);
+
 // The grid of a persistent kernel whose blocks loop over `tiles` row tiles: `blocks_per_sm`
 // blocks per SM of the current device, or one per tile when there are fewer tiles. Which block
 // takes which tile changes with the SM count; the kernels that use it keep each tile's

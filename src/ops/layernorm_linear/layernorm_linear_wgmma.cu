@@ -305,84 +305,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #endif
 }
 
-#if defined(MEGAFOLD_SM90A_DEVICE)
-// dx of a warp's 16 rows (rows 16 warp + g + 8 h of its warpgroup's x tile, global rows
-// row0 + g + 8 h) from dxhat' in the accumulator layout, by rows: per h the warp's
-// accumulators go to its 4 KB buffer `rows_s` as 8 rows of 128 floats, then half-warps take
-// rows 2q and 2q + 1, a lane columns 4 l .. 4 l + 3 and 64 + 4 l .. (l = lane % 16). So a lane
-// holds 8 of ln_w (loaded first, under the exchange's stores), not 32; the row sums
-// run over 16 lanes; and each store of dx covers 128 contiguous bytes or more. In the
-// accumulator layout (a quad per row, 32 columns a lane) the pass that formed dx re-read ln_w
-// from global memory and spilled the x values, one dependent load after another: 45% of the
-// kernel's stall samples (Nsight Compute, N = 768, H100). The buffer's 16-byte chunks are
-// XOR-swizzled by twice the row, which keeps every access to it and to the x tile free of bank
-// conflicts (a 16-lane phase of 8-byte stores, 8-lane phases of 16-byte loads).
-template <typename Tin>
-__device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2][32], float* rows_s,
-                                                           const unsigned char* x_tile, int tile_row0, int64_t row0,
-                                                           const float (&mean)[2], const float (&rstd)[2],
-                                                           const float* ln_w, int64_t M, Tin* dx) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int half = lane / 16, l = lane % 16;  // this lane's rows 2q + half
-  const float4 w_lo = *reinterpret_cast<const float4*>(ln_w + 4 * l);
-  const float4 w_hi = *reinterpret_cast<const float4*>(ln_w + 64 + 4 * l);
-  const float gw[8] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w, w_hi.x, w_hi.y, w_hi.z, w_hi.w};
-  auto* pairs = reinterpret_cast<float2*>(rows_s);
-  const auto* quads = reinterpret_cast<const float4*>(rows_s);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    __syncwarp();  // the previous h's reads are done
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const int chunk = 16 * a + 2 * c + t / 2;  // of columns 64 a + 8 c + 2 t, + 1 (4 floats a chunk)
-        pairs[g * 64 + 2 * (chunk ^ (2 * g)) + t % 2] = make_float2(acc[a][4 * c + 2 * h], acc[a][4 * c + 2 * h + 1]);
-      }
-    __syncwarp();
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int r = 2 * q + half;  // row g = r of this h
-      const float mu = __shfl_sync(0xffffffffu, mean[h], 4 * r), rs = __shfl_sync(0xffffffffu, rstd[h], 4 * r);
-      const float4 d_lo = quads[r * 32 + (l ^ (2 * r))], d_hi = quads[r * 32 + ((16 + l) ^ (2 * r))];
-      const float4 x_lo = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, 4 * l);
-      const float4 x_hi = x_quad<Tin>(x_tile, tile_row0 + r + 8 * h, 64 + 4 * l);
-      const float dxh[8] = {d_lo.x, d_lo.y, d_lo.z, d_lo.w, d_hi.x, d_hi.y, d_hi.z, d_hi.w};
-      const float xv[8] = {x_lo.x, x_lo.y, x_lo.z, x_lo.w, x_hi.x, x_hi.y, x_hi.z, x_hi.w};
-      float d[8], xh[8], s1 = 0.f, s2 = 0.f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        d[k] = dxh[k] * gw[k];
-        xh[k] = (xv[k] - mu) * rs;
-        s1 += d[k];
-        s2 += d[k] * xh[k];
-      }
-#pragma unroll
-      for (int o = 1; o < 16; o <<= 1) {
-        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-        s2 += __shfl_xor_sync(0xffffffffu, s2, o);
-      }
-      s1 *= 1.f / 128;
-      s2 *= 1.f / 128;
-      const int64_t row = row0 + r + 8 * h;
-      if (row >= M) continue;
-      float out[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) out[k] = rs * (d[k] - s1 - xh[k] * s2);
-      if constexpr (std::is_same_v<Tin, float>) {
-        auto* dst = reinterpret_cast<float4*>(dx + row * 128);
-        dst[l] = make_float4(out[0], out[1], out[2], out[3]);
-        dst[16 + l] = make_float4(out[4], out[5], out[6], out[7]);
-      } else {
-        auto* dst = reinterpret_cast<uint2*>(dx + row * 128);
-        dst[l] = make_uint2(pack2<Tin>(out[0], out[1]), pack2<Tin>(out[2], out[3]));
-        dst[16 + l] = make_uint2(pack2<Tin>(out[4], out[5]), pack2<Tin>(out[6], out[7]));
-      }
-    }
-  }
-}
-#endif
-
 template <typename Tin, typename T>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     tma_wgmma_dx_kernel(const __grid_constant__ Maps maps, const LayerNormLinearParams p) {
@@ -453,12 +375,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   }
 
   // The LayerNorm backward by rows, through 4 KB of the last dy step's slot per warp (32 KB: the
-  // whole slot, free once all 8 warps have released it; no refill follows its last use).
+  // whole slot, free once all 8 warps have released it; no refill follows its last use), x
+  // from the warpgroup's x tile.
   const int last = ring.wait_released(k_tiles - 1);  // k_tiles >= 1: the host returns early for N = 0
   float* rows_s = reinterpret_cast<float*>(slots + last * Tr::kDxSlot) + (threadIdx.x / 32) * 1024;
   const unsigned char* x_tile = slots + ring.wait(k_tiles + wg) * Tr::kDxSlot;
-  layernorm_backward_by_rows<Tin>(acc, rows_s, x_tile, 16 * warp, warp_row0, mean, rstd, p.ln_w, p.M,
-                                  static_cast<Tin*>(p.dx));
+  auto x4 = [&](int r, int col) { return x_quad<Tin>(x_tile, 16 * warp + r, col); };
+  layernorm_backward_by_rows<Tin, false>(acc, rows_s, rows_s + 512, warp_row0, p.M, mean, rstd, p.ln_w, x4,
+                                         static_cast<Tin*>(p.dx), static_cast<const Tin*>(nullptr));
 #endif
 }
 
@@ -661,9 +585,7 @@ void layernorm_linear_backward_wgmma(const LayerNormLinearParams& p, int64_t row
   const dim3 dx_grid(grid_rows(p.M));
   const dim3 g_grid(static_cast<unsigned>((p.N + Tr::kBlockRows - 1) / Tr::kBlockRows), static_cast<unsigned>(chunks));
   MF_CHECK(chunks <= 65535, "layernorm_linear: ", chunks, " weight-gradient chunks exceed the grid");
-  // dx's rows leave in 16-byte pieces (8-byte for 16-bit x)
-  MF_CHECK(p.dx == nullptr || reinterpret_cast<uintptr_t>(p.dx) % 16 == 0,
-           "layernorm_linear: dx must be 16-byte aligned for the sm_90a dx kernel");
+  sm90::check_rows_aligned("layernorm_linear", "dx", p.dx);  // its rows leave in 16-byte pieces
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     using Tin = decltype(tin);
     using T = decltype(t);

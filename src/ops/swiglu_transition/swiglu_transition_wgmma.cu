@@ -77,7 +77,6 @@ struct Maps {
 
 #if defined(MEGAFOLD_SM90A_DEVICE)
 using namespace megafold::hopper;
-using mma::load2;
 using mma::load4;
 using mma::pack2;
 
@@ -365,22 +364,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       prefetch_addend_rows_l2(static_cast<const Tin*>(bp.dx_add), row0, p.M, j, chunks, leader);
     }
 
-    // LayerNorm backward of rows 16 warp + g + 8 hh, xhat from x again (L2-resident since
-    // the prologue read it).
-    int64_t rows[2];
+    // LayerNorm backward of the warp's rows by rows, x from L2 again (the prologue read it),
+    // through the warp's own rows of the A tile: the last chunk's projection, its only reader,
+    // was waited for, and the next tile's LayerNorm writes those rows from this warp.
     float mean[2], rstd[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = 16 * warp + g + 8 * hh;
-      rows[hh] = row0 + r;
       mean[hh] = st[r];
       rstd[hh] = st[64 + r];
     }
-    auto xhat = [&](int hh, int col) {
-      const float2 v = rows[hh] < p.M ? load2(x + rows[hh] * Tr::kC + col) : make_float2(0.f, 0.f);
-      return make_float2((v.x - mean[hh]) * rstd[hh], (v.y - mean[hh]) * rstd[hh]);
+    const int64_t warp_row0 = row0 + 16 * warp;
+    auto x4 = [&](int r, int col) {
+      const int64_t row = warp_row0 + r;
+      return row < p.M ? load4(x + row * Tr::kC + col) : make_float4(0.f, 0.f, 0.f, 0.f);
     };
-    store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, p.M, bp.dx, bp.dx_add);
+    float* exchange = reinterpret_cast<float*>(a_tile + 16 * warp * 128);
+    layernorm_backward_by_rows<Tin, true>(dx_acc, exchange, exchange + Tr::kPanel / 4, warp_row0, p.M, mean, rstd,
+                                          p.ln_w, x4, static_cast<Tin*>(bp.dx), static_cast<const Tin*>(bp.dx_add));
   }
   if (leader) tma_store_wait_all();
 #endif
@@ -434,6 +435,10 @@ void swiglu_transition_backward_wgmma(const SwigluTransitionBackwardParams& bp, 
   maps.y = sm90::rows_map(p.dtype, bp.dy, p.M, Tr::kC, "swiglu_transition's output gradient");
   maps.h = sm90::rows_map(p.dtype, bp.h, p.M, p.h, "swiglu_transition's hidden layer");
   maps.dab = sm90::rows_map(p.dtype, bp.dab, p.M, 2 * p.h, "swiglu_transition's projection gradient");
+  // x, dx and the addend are read and written by plain 8- and 16-byte row pieces.
+  sm90::check_rows_aligned("swiglu_transition", "x", p.x);
+  sm90::check_rows_aligned("swiglu_transition", "dx", bp.dx);
+  sm90::check_rows_aligned("swiglu_transition", "the gradient added to dx", bp.dx_add);
   dispatch_input_and_product(p.x_dtype, p.dtype, [&](auto tin, auto t) {
     launch("sm_90a backward kernel", tma_wgmma_backward_kernel<decltype(tin), decltype(t)>, persistent_grid(p.M),
            Tr::kBackwardSmem, static_cast<cudaStream_t>(stream), maps, bp);

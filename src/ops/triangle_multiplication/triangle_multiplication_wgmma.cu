@@ -261,19 +261,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       accumulate_dx(slot, s, j, false);
     }
 
-    // LayerNorm backward of this thread's rows, xhat from x again (L2-resident since the
-    // prologue read it).
+    // LayerNorm backward of the warp's rows by rows, x from L2 again (the prologue read it),
+    // through the warp's own rows of the A tile: the last step's projection, its only reader,
+    // was waited for, and the next tile's LayerNorm writes those rows from this warp.
     float mean[2], rstd[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mean[h] = rows[h] < M ? p.mean[rows[h]] : 0.f;
       rstd[h] = rows[h] < M ? p.rstd[rows[h]] : 0.f;
     }
-    auto xhat = [&](int h, int col) {
-      const float2 v = rows[h] < M ? mma::load2(x + rows[h] * Tr::kC + col) : make_float2(0.f, 0.f);
-      return make_float2((v.x - mean[h]) * rstd[h], (v.y - mean[h]) * rstd[h]);
+    const int64_t warp_row0 = row0 + 16 * warp;
+    auto x4 = [&](int r, int col) {
+      const int64_t row = warp_row0 + r;
+      return row < M ? mma::load4(x + row * Tr::kC + col) : make_float4(0.f, 0.f, 0.f, 0.f);
     };
-    store_layernorm_backward<Tin>(dx_acc, p.ln_w, xhat, rows, rstd, M, p.dx, p.dx_add);
+    float* exchange = reinterpret_cast<float*>(a_tile + 16 * warp * 128);
+    layernorm_backward_by_rows<Tin, true>(dx_acc, exchange, exchange + Tr::kPanel / 4, warp_row0, M, mean, rstd,
+                                          p.ln_w, x4, static_cast<Tin*>(p.dx), static_cast<const Tin*>(p.dx_add));
   }
   if (leader) tma_store_wait_all();
 #endif
@@ -289,6 +293,10 @@ void trimul_projection_backward(const TrimulProjectionBackwardParams& p, void* s
            "triangle_multiplication's fused projection backward: c ", p.c, ", c_gate ", p.c_gate, ", plane ", p.plane,
            " (needs multiples of 64 channels and whole 64-row tiles per batch element)");
   MF_CHECK(M < (int64_t{1} << 31), "triangle_multiplication: ", M, " rows exceed TMA's 32-bit coordinates");
+  // x, dx and the addend are read and written by plain 8- and 16-byte row pieces.
+  sm90::check_rows_aligned("triangle_multiplication", "x", p.x);
+  sm90::check_rows_aligned("triangle_multiplication", "dx", p.dx);
+  sm90::check_rows_aligned("triangle_multiplication", "the gradient added to dx", p.dx_add);
   Maps maps{};
   maps.w = sm90::rows_map(p.dtype, p.w, N, Tr::kC, "triangle_multiplication's projection weight");
   const uint64_t dims[3] = {static_cast<uint64_t>(p.plane), static_cast<uint64_t>(p.c), static_cast<uint64_t>(p.batch)};
