@@ -18,8 +18,8 @@
 //            packed to 16 bits in a swizzled staging tile that one thread stores by TMA while
 //            the next tile runs.
 //   dx       block = 128 rows: dxhat' = dy W over c_out in 64-feature steps (dy and weight
-//            tiles by TMA, the weight read MN-major), then the LayerNorm backward on the
-//            accumulators: a warp holds whole rows, so its row sums are quad shuffles.
+//            tiles by TMA, the weight read MN-major), then the LayerNorm backward by rows
+//            (the accumulators exchanged through the last dy slot; rows128.cuh).
 //   G        block = 128 output features x a chunk of rows: G = dy^T xhat (dy tiles by TMA,
 //            read MN-major as A; xhat rebuilt from x, mean and rstd by all threads into a
 //            double buffer while the previous step's products run) and colsum(dy) as one
