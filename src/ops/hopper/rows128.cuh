@@ -285,6 +285,27 @@ __device__ __forceinline__ void layernorm_backward_by_rows(const float (&acc)[2]
   __syncwarp();  // every lane's reads of the buffer are done before the warp writes it again
 }
 
+// layernorm_backward_by_rows for the fused backward kernels that hold x in global memory (L2
+// since their prologue read it) and exchange through the warp's own 16 rows of their two-panel
+// A tile (64 rows of 128 bytes a panel, the 128-byte swizzle): those rows' last reader, the
+// tile's final projection, was waited for, and the next tile's LayerNorm writes them from the
+// same warp. row0 is the warpgroup's first row; x's loads are issued an h at a time.
+template <typename Tin>
+__device__ __forceinline__ void layernorm_backward_through_a_tile(const float (&acc)[2][32], unsigned char* a_tile,
+                                                                  int warp, int64_t row0, int64_t M,
+                                                                  const float (&mean)[2], const float (&rstd)[2],
+                                                                  const float* ln_w, const Tin* x, Tin* dx,
+                                                                  const Tin* dx_add) {
+  const int64_t warp_row0 = row0 + 16 * warp;
+  auto x4 = [&](int r, int col) {
+    const int64_t row = warp_row0 + r;
+    return row < M ? mma::load4(x + row * 128 + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+  };
+  float* exchange = reinterpret_cast<float*>(a_tile + 16 * warp * 128);
+  layernorm_backward_by_rows<Tin, true>(acc, exchange, exchange + 64 * 128 / 4, warp_row0, M, mean, rstd, ln_w, x4,
+                                        dx, dx_add);
+}
+
 #endif  // MEGAFOLD_SM90A_DEVICE
 
 }  // namespace megafold::ops::cuda

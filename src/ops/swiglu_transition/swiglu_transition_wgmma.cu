@@ -77,7 +77,6 @@ struct Maps {
 
 #if defined(MEGAFOLD_SM90A_DEVICE)
 using namespace megafold::hopper;
-using mma::load4;
 using mma::pack2;
 
 __device__ __forceinline__ float sigmoid(float a) { return 1.f / (1.f + __expf(-a)); }
@@ -364,9 +363,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       prefetch_addend_rows_l2(static_cast<const Tin*>(bp.dx_add), row0, p.M, j, chunks, leader);
     }
 
-    // LayerNorm backward of the warp's rows by rows, x from L2 again (the prologue read it),
-    // through the warp's own rows of the A tile: the last chunk's projection, its only reader,
-    // was waited for, and the next tile's LayerNorm writes those rows from this warp.
+    // LayerNorm backward of the warp's rows by rows, x from L2 again, through its A-tile rows.
     float mean[2], rstd[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -374,14 +371,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       mean[hh] = st[r];
       rstd[hh] = st[64 + r];
     }
-    const int64_t warp_row0 = row0 + 16 * warp;
-    auto x4 = [&](int r, int col) {
-      const int64_t row = warp_row0 + r;
-      return row < p.M ? load4(x + row * Tr::kC + col) : make_float4(0.f, 0.f, 0.f, 0.f);
-    };
-    float* exchange = reinterpret_cast<float*>(a_tile + 16 * warp * 128);
-    layernorm_backward_by_rows<Tin, true>(dx_acc, exchange, exchange + Tr::kPanel / 4, warp_row0, p.M, mean, rstd,
-                                          p.ln_w, x4, static_cast<Tin*>(bp.dx), static_cast<const Tin*>(bp.dx_add));
+    layernorm_backward_through_a_tile<Tin>(dx_acc, a_tile, warp, row0, p.M, mean, rstd, p.ln_w, x,
+                                           static_cast<Tin*>(bp.dx), static_cast<const Tin*>(bp.dx_add));
   }
   if (leader) tma_store_wait_all();
 #endif

@@ -261,23 +261,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       accumulate_dx(slot, s, j, false);
     }
 
-    // LayerNorm backward of the warp's rows by rows, x from L2 again (the prologue read it),
-    // through the warp's own rows of the A tile: the last step's projection, its only reader,
-    // was waited for, and the next tile's LayerNorm writes those rows from this warp.
+    // LayerNorm backward of the warp's rows by rows, x from L2 again, through its A-tile rows.
     float mean[2], rstd[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mean[h] = rows[h] < M ? p.mean[rows[h]] : 0.f;
       rstd[h] = rows[h] < M ? p.rstd[rows[h]] : 0.f;
     }
-    const int64_t warp_row0 = row0 + 16 * warp;
-    auto x4 = [&](int r, int col) {
-      const int64_t row = warp_row0 + r;
-      return row < M ? mma::load4(x + row * Tr::kC + col) : make_float4(0.f, 0.f, 0.f, 0.f);
-    };
-    float* exchange = reinterpret_cast<float*>(a_tile + 16 * warp * 128);
-    layernorm_backward_by_rows<Tin, true>(dx_acc, exchange, exchange + Tr::kPanel / 4, warp_row0, M, mean, rstd,
-                                          p.ln_w, x4, static_cast<Tin*>(p.dx), static_cast<const Tin*>(p.dx_add));
+    layernorm_backward_through_a_tile<Tin>(dx_acc, a_tile, warp, row0, M, mean, rstd, p.ln_w, x,
+                                           static_cast<Tin*>(p.dx), static_cast<const Tin*>(p.dx_add));
   }
   if (leader) tma_store_wait_all();
 #endif
