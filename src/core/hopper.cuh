@@ -178,13 +178,14 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void*
                : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Waits until at most kPending committed stores still read their shared memory.
+// Waits until at most kPending committed stores still read their shared memory. Before the
+// block exits, kPending = 0 is all it needs: its shared memory must outlive the reads, while the
+// writes to global memory complete without it (waiting for them held the block's registers and
+// shared memory through their round trip).
 template <int kPending>
 __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
-// Waits until every committed store has completed (before the block exits).
-__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Barrier `id` (1..15; 0 is __syncthreads) over the first `threads` threads that reach it, a
 // multiple of 32: one warpgroup's, or all consumers' without the producer warp.

@@ -50,8 +50,10 @@ using RowStatistic = std::conditional_t<kStats == RowStats::kGiven, const float,
 // The LayerNorm of a warpgroup's 64 rows row0 .. row0 + 63 of x [M, 128] into its two-panel A
 // tile (columns 0..63, 64..127), (x - mean) * rstd * ln_w + ln_b rounded to T: warp w (0..3)
 // rows 16 w .. +15 in two passes of 8 (loads first), lane columns 4 lane .. +3; rows past M
-// give ln_b.
-template <typename Tin, typename T, RowStats kStats>
+// give ln_b. kInTile: x (16-bit) already lies in the tile in the same layout (TMA boxes of 64
+// rows x 128 bytes, zeros past M) and is overwritten in place: a lane writes only the 8 bytes of
+// each row that it read.
+template <typename Tin, typename T, RowStats kStats, bool kInTile = false>
 __device__ __forceinline__ void layer_norm_rows(unsigned char* a_tile, const Tin* x, int64_t M, int64_t row0,
                                                 const float* ln_w, const float* ln_b, float eps,
                                                 RowStatistic<kStats>* mean, RowStatistic<kStats>* rstd,
@@ -67,7 +69,13 @@ __device__ __forceinline__ void layer_norm_rows(unsigned char* a_tile, const Tin
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t row = row0 + 16 * warp + 8 * pass + i;
-      v[i] = row < M ? mma::load4(x + row * 128 + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if constexpr (kInTile) {
+        static_assert(sizeof(Tin) == 2, "x in the tile is 16-bit");
+        const int r = 16 * warp + 8 * pass + i;
+        v[i] = mma::load4(reinterpret_cast<const Tin*>(a_tile + (lane / 16) * 64 * 128 + swizzled(r, lane % 16)));
+      } else {
+        v[i] = row < M ? mma::load4(x + row * 128 + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
       if constexpr (kGiven) {
         mu[i] = row < M ? mean[row] : 0.f;
         rs[i] = row < M ? rstd[row] : 0.f;

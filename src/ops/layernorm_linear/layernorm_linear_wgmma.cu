@@ -170,8 +170,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
                              const __grid_constant__ TrimulMaps tm, const LayerNormLinearParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   constexpr int kStages = Tr::kForwardStages;
+  // 16-bit x arrives by TMA straight into the A tiles, issued first thing, and is normalised in
+  // place (one DRAM round trip a block, under the barrier set-up and the first weight copies,
+  // instead of two passes of loads a warp); fp32 x is twice the tiles' size, and the persistent
+  // TriMul form would need its next tile's rows elsewhere.
+  constexpr bool kXByTma = !kTrimul && sizeof(Tin) == 2;
   extern __shared__ unsigned char raw[];
   __shared__ SelfFilledRing<kStages, Tr::kWarpgroups> ring;
+  __shared__ uint64_t x_landed[Tr::kWarpgroups];
   unsigned char* a_s = aligned_1024(raw);                            // [warpgroup][2 panels]
   unsigned char* w_s = a_s + Tr::kWarpgroups * 2 * Tr::kPanel;       // [slot][2 panels]
   unsigned char* o_s = w_s + kStages * 2 * Tr::kPanel;               // [warpgroup] one staging panel
@@ -184,7 +190,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   // This block's row tiles: blockIdx.x, + gridDim.x, ...; n_tiles ring steps each.
   const int64_t row_tiles = (p.M + Tr::kBlockRows - 1) / Tr::kBlockRows;
   const int steps = block_tiles(row_tiles) * n_tiles;
+  if (kXByTma && threadIdx.x == 0)
+    for (int w = 0; w < Tr::kWarpgroups; ++w) barrier_init(&x_landed[w], 1);  // fenced by init_ring
   init_ring(ring);
+  if (kXByTma && threadIdx.x == 0) {  // the plain forward's grid: one row tile per block
+    for (int w = 0; w < Tr::kWarpgroups; ++w) {
+      barrier_expect_bytes(&x_landed[w], 2 * Tr::kPanel);  // rows past M arrive as zeros
+      load_x_rows<Tin>(a_s + w * 2 * Tr::kPanel, &maps.x, &x_landed[w],
+                       static_cast<int64_t>(blockIdx.x) * Tr::kBlockRows + 64 * w);
+    }
+  }
   auto load_w = [&](int step) {
     const int s = ring.arm(step, 2 * Tr::kPanel), n0 = tile(step % n_tiles) * Tr::kTileN;
     tma_load_2d(w_s + s * 2 * Tr::kPanel, &maps.w, ring.filled(s), 0, n0);
@@ -204,7 +219,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     const int64_t row0 = row_tile * Tr::kBlockRows + wg * 64;
     prefetch_rows_l2(x, row0 + static_cast<int64_t>(gridDim.x) * Tr::kBlockRows, p.M, leader);  // the next tile
     // The previous tile's products read the A tile and were waited for.
-    layer_norm_rows<Tin, T, RowStats::kWrite>(a_tile, x, p.M, row0, p.ln_w, p.ln_b, p.eps, p.mean, p.rstd);
+    if constexpr (kXByTma) {
+      barrier_wait(&x_landed[wg], 0);
+      __syncwarp();  // converged again for the LayerNorm's shuffles (else ptxas emits a second, divergent copy)
+    }
+    layer_norm_rows<Tin, T, RowStats::kWrite, kXByTma>(a_tile, x, p.M, row0, p.ln_w, p.ln_b, p.eps, p.mean, p.rstd);
     fence_async_shared();  // wgmma reads the tile through the async proxy
     named_barrier(1 + wg, 128);
     float mask[2] = {1.f, 1.f};
@@ -301,7 +320,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       }
     }
   }
-  if (leader) tma_store_wait_all();
+  if (leader) tma_store_wait_read<0>();  // the staging tiles stay until the copies have read them
 #endif
 }
 
@@ -531,6 +550,7 @@ void layernorm_linear_forward_wgmma(const LayerNormLinearParams& p, void* stream
   const auto s = static_cast<cudaStream_t>(stream);
   Maps maps{};
   maps.w = sm90::rows_map(p.dtype, p.w, p.N, Tr::kK, "layernorm_linear's weight");
+  add_x_maps(maps, p);
   const CUtensorMap y_map = sm90::rows_map(p.dtype, p.y, p.M, p.N, "layernorm_linear's output");
   // One row tile per block: persistent blocks measured slower here (0.39 -> 0.43 ms at N = 768,
   // c_out 640 on an H100), where the triangle-multiplication epilogue gains from them.

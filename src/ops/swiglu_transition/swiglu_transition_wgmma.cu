@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       tma_store_commit();
     }
   }
-  if (leader) tma_store_wait_all();
+  if (leader) tma_store_wait_read<0>();  // the staging tiles stay until the copies have read them
 #endif
 }
 
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     layernorm_backward_through_a_tile<Tin>(dx_acc, a_tile, warp, row0, p.M, mean, rstd, p.ln_w, x,
                                            static_cast<Tin*>(bp.dx), static_cast<const Tin*>(bp.dx_add));
   }
-  if (leader) tma_store_wait_all();
+  if (leader) tma_store_wait_read<0>();  // the staging tiles stay until the copies have read them
 #endif
 }
 

@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     layernorm_backward_through_a_tile<Tin>(dx_acc, a_tile, warp, row0, M, mean, rstd, p.ln_w, x,
                                            static_cast<Tin*>(p.dx), static_cast<const Tin*>(p.dx_add));
   }
-  if (leader) tma_store_wait_all();
+  if (leader) tma_store_wait_read<0>();  // the staging tiles stay until the copies have read them
 #endif
 }
 
