@@ -170,10 +170,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
                              const __grid_constant__ TrimulMaps tm, const LayerNormLinearParams p) {
 #if defined(MEGAFOLD_SM90A_DEVICE)
   constexpr int kStages = Tr::kForwardStages;
-  // 16-bit x arrives by TMA straight into the A tiles, issued first thing, and is normalised in
-  // place (one DRAM round trip a block, under the barrier set-up and the first weight copies,
-  // instead of two passes of loads a warp); fp32 x is twice the tiles' size, and the persistent
-  // TriMul form would need its next tile's rows elsewhere.
+  // 16-bit x arrives by TMA straight into the A tiles, issued before the first weight copies, and
+  // is normalised in place (one DRAM round trip a block instead of two passes of loads a warp);
+  // fp32 x is twice the tiles' size, and the persistent TriMul form would need its next tile's
+  // rows elsewhere.
   constexpr bool kXByTma = !kTrimul && sizeof(Tin) == 2;
   extern __shared__ unsigned char raw[];
   __shared__ SelfFilledRing<kStages, Tr::kWarpgroups> ring;
