@@ -39,6 +39,12 @@ __device__ __forceinline__ void prefetch_addend_rows_l2(const Tin* add, int64_t 
   if (add != nullptr && step == (steps > 3 ? steps - 3 : 0)) prefetch_rows_l2(add, row0, M, leader);
 }
 
+// Columns col .. col + 3 of row `row` of x [M, 128] as floats; zeros past M.
+template <typename Tin>
+__device__ __forceinline__ float4 x_row_quad(const Tin* x, int64_t row, int64_t M, int col) {
+  return row < M ? mma::load4(x + row * 128 + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 // Where layer_norm_rows gets the row statistics: computed, and kept (kNone) or written to
 // mean[row], rstd[row] for rows below M and, when `stats` is given, to stats[r], stats[64 + r]
 // (kWrite); or read from mean and rstd (kGiven), which gives a backward that recomputes the
@@ -74,7 +80,7 @@ __device__ __forceinline__ void layer_norm_rows(unsigned char* a_tile, const Tin
         const int r = 16 * warp + 8 * pass + i;
         v[i] = mma::load4(reinterpret_cast<const Tin*>(a_tile + (lane / 16) * 64 * 128 + swizzled(r, lane % 16)));
       } else {
-        v[i] = row < M ? mma::load4(x + row * 128 + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[i] = x_row_quad(x, row, M, 4 * lane);
       }
       if constexpr (kGiven) {
         mu[i] = row < M ? mean[row] : 0.f;
@@ -305,10 +311,7 @@ __device__ __forceinline__ void layernorm_backward_through_a_tile(const float (&
                                                                   const float* ln_w, const Tin* x, Tin* dx,
                                                                   const Tin* dx_add) {
   const int64_t warp_row0 = row0 + 16 * warp;
-  auto x4 = [&](int r, int col) {
-    const int64_t row = warp_row0 + r;
-    return row < M ? mma::load4(x + row * 128 + col) : make_float4(0.f, 0.f, 0.f, 0.f);
-  };
+  auto x4 = [&](int r, int col) { return x_row_quad(x, warp_row0 + r, M, col); };
   float* exchange = reinterpret_cast<float*>(a_tile + 16 * warp * 128);
   layernorm_backward_by_rows<Tin, true>(acc, exchange, exchange + 64 * 128 / 4, warp_row0, M, mean, rstd, ln_w, x4,
                                         dx, dx_add);
