@@ -246,6 +246,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       wgmma_commit();
       wgmma_wait<0>();
       fence_registers(acc);
+      // The previous tiles' stores have read the staging tiles (they had this tile's products to
+      // do it in): waited for before the release's barrier, which then frees the staging tile too.
+      if (leader) tma_store_wait_read<0>();
       // The last warpgroup done with the slot refills it for the step kStages ahead.
       if (ring.release(step % kStages, wg) && step + kStages < steps) load_w(step + kStages);
 
@@ -257,8 +260,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
         bias[c] = p.bias != nullptr && col < p.N ? *reinterpret_cast<const float2*>(p.bias + col)
                                                  : make_float2(0.f, 0.f);
       }
-      if (leader) tma_store_wait_read<0>();  // the previous tiles' stores have read the staging tiles
-      named_barrier(1 + wg, 128);
       uint32_t y_pairs[8][2];
 #pragma unroll
       for (int c = 0; c < 8; ++c)
